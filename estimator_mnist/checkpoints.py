@@ -1,0 +1,52 @@
+"""Reading a model_dir's state without TensorFlow: latest checkpoint step, evaluations.
+
+The launcher polls these while tasks run, so they must be cheap and must
+tolerate files that are being written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import List, Optional
+
+EVAL_RESULTS_FILE = "eval_results.jsonl"
+_LATEST = re.compile(r'^model_checkpoint_path:\s*"(?P<path>[^"]*)"', re.MULTILINE)
+_STEP = re.compile(r"-(\d+)$")
+
+
+def latest_checkpoint(model_dir: str) -> Optional[str]:
+    """The path the `checkpoint` index file names, if its files exist."""
+    try:
+        with open(os.path.join(model_dir, "checkpoint"), encoding="utf-8") as handle:
+            match = _LATEST.search(handle.read())
+    except OSError:
+        return None
+    if not match:
+        return None
+    path = match["path"]
+    if not os.path.isabs(path):
+        path = os.path.join(model_dir, path)
+    return path if os.path.exists(path + ".index") else None
+
+
+def latest_step(model_dir: str) -> Optional[int]:
+    path = latest_checkpoint(model_dir)
+    match = _STEP.search(path) if path else None
+    return int(match.group(1)) if match else None
+
+
+def read_eval_results(model_dir: str) -> List[dict]:
+    """Every evaluation the evaluator recorded, oldest first; a line being written is skipped."""
+    results = []
+    try:
+        with open(os.path.join(model_dir, EVAL_RESULTS_FILE), encoding="utf-8") as handle:
+            for line in handle:
+                try:
+                    results.append(json.loads(line))
+                except ValueError:
+                    continue
+    except OSError:
+        pass
+    return results

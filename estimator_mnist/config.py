@@ -1,0 +1,376 @@
+"""The run configuration: one YAML file, parsed once into frozen dataclasses.
+
+Nothing here imports TensorFlow, so a bad file is rejected in well under a
+second and before any process starts. Every rejection is a `UsageError` whose
+one-line message names the file, the key and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional, Tuple
+
+from .errors import UsageError
+
+# Error messages are constants so tests can match them and users can grep them.
+ERR_UNREADABLE = "{file}: cannot read the cluster file ({reason}); pass an existing YAML file with --cluster"
+ERR_NOT_YAML = "{file}: not valid YAML ({reason}); fix the syntax at the place named"
+ERR_NOT_MAPPING = "{file}: {key} must be a mapping of keys to values, got {got}"
+ERR_UNKNOWN_KEY = "{file}: unknown key '{key}' in {section}; valid keys are: {valid}"
+ERR_MISSING_KEY = "{file}: missing required key '{key}'; add it ({hint})"
+ERR_TYPE = "{file}: {key} must be {expected}, got {got!r}"
+ERR_CHOICE = "{file}: {key} must be one of {choices}, got {got!r}"
+ERR_RANGE = "{file}: {key} must be {bound}, got {got!r}"
+ERR_ADDRESS = "{file}: {key} is {got!r}, not a 'host:port' address; write it like 'localhost:2222' (IPv6: '[::1]:2222')"
+ERR_PORT = "{file}: {key} has port {port}, outside 1-65535; pick a free port in that range"
+ERR_DUPLICATE = "{file}: {key} repeats the address {address} already used by {other}; give every task its own host:port"
+ERR_NO_TRAINER = "{file}: cluster has no chief and no worker; add 'chief: [host:port]' or 'worker: [host:port, ...]'"
+ERR_MANY = "{file}: cluster.{role} lists {count} addresses but at most one {role} is allowed; keep one"
+ERR_STRATEGY_ROLES = "{file}: strategy '{strategy}' {problem}; {fix}"
+ERR_EMPTY_LIST = "{file}: {key} is an empty list; list at least one 'host:port' or remove the key"
+
+TRAINING_ROLES = ("chief", "worker", "ps")
+STRATEGIES = ("multi_worker_mirrored",)
+NETWORKS = ("classic_cnn", "tutorial_cnn")
+OPTIMIZERS = ("adam", "momentum")
+EXPORTERS = ("latest", "best")
+
+
+def _positive(v):
+    return None if v > 0 else "a positive number"
+
+
+def _non_negative(v):
+    return None if v >= 0 else "zero or more"
+
+
+def _fraction(v):
+    return None if 0 <= v < 1 else "in [0, 1)"
+
+
+def _nice(v):
+    return None if 0 <= v <= 19 else "between 0 and 19"
+
+
+def _threads(v):
+    if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+        return None
+    return "'auto' or a whole number >= 0 (0 lets TensorFlow decide)"
+
+
+def _opt(default, *, check=None, choices=None, kind=None, doc=""):
+    return field(default=default, metadata={"check": check, "choices": choices, "kind": kind, "doc": doc})
+
+
+@dataclass(frozen=True)
+class Address:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Who trains where. `evaluator` is a host only: it runs no server."""
+
+    chief: Tuple[Address, ...] = ()
+    worker: Tuple[Address, ...] = ()
+    ps: Tuple[Address, ...] = ()
+    evaluator: Optional[str] = None
+
+    def addresses(self, role: str) -> Tuple[Address, ...]:
+        return getattr(self, role)
+
+    def training_tasks(self):
+        """(role, index, address) of every task that runs a TF server."""
+        return [(role, i, a) for role in TRAINING_ROLES for i, a in enumerate(self.addresses(role))]
+
+    def task_hosts(self):
+        """(role, index, host) of every task, the evaluator included."""
+        tasks = [(r, i, a.host) for r, i, a in self.training_tasks()]
+        if self.evaluator is not None:
+            tasks.append(("evaluator", 0, self.evaluator))
+        return tasks
+
+    @property
+    def num_workers(self) -> int:
+        """Training replicas' machines: the chief counts as a worker."""
+        return len(self.chief) + len(self.worker)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    network: str = _opt("classic_cnn", choices=NETWORKS,
+                        doc="classic_cnn: conv5x5x32-pool-conv5x5x64-pool-dense500; tutorial_cnn: conv3x3x32-pool-dense64")
+    optimizer: str = _opt("adam", choices=OPTIMIZERS)
+    learning_rate: float = _opt(0.001, check=_positive, kind=float)
+    momentum: float = _opt(0.9, check=_fraction, kind=float, doc="used by optimizer: momentum")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    batch_size_per_replica: int = _opt(64, check=_positive, kind=int)
+    max_steps: int = _opt(2000, check=_positive, kind=int)
+    save_checkpoints_steps: int = _opt(500, check=_positive, kind=int)
+    keep_checkpoint_max: int = _opt(5, check=_positive, kind=int)
+    log_step_count_steps: int = _opt(100, check=_positive, kind=int)
+    shuffle_buffer: int = _opt(10000, check=_positive, kind=int)
+    seed: int = _opt(0, check=_non_negative, kind=int)
+    session_creation_timeout_secs: int = _opt(300, check=_positive, kind=int)
+    intra_op_threads: Any = _opt("auto", check=_threads, kind="threads")
+    inter_op_threads: Any = _opt("auto", check=_threads, kind="threads")
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    throttle_secs: int = _opt(20, check=_non_negative, kind=int)
+    start_delay_secs: int = _opt(5, check=_non_negative, kind=int)
+    batch_size: int = _opt(1000, check=_positive, kind=int)
+    export: str = _opt("latest", choices=EXPORTERS,
+                       doc="latest: export every evaluated checkpoint; best: only when eval loss improves")
+    exports_to_keep: int = _opt(3, check=_positive, kind=int)
+    nice: int = _opt(10, check=_nice, kind=int, doc="scheduling niceness of the evaluator, so it yields the cores to training")
+
+
+@dataclass(frozen=True)
+class LauncherConfig:
+    grace_secs: int = _opt(10, check=_positive, kind=int, doc="SIGTERM to SIGKILL")
+    finish_timeout_secs: int = _opt(60, check=_positive, kind=int,
+                                    doc="how long other tasks may take to exit once the chief finished")
+    eval_timeout_secs: int = _opt(600, check=_positive, kind=int,
+                                  doc="how long the evaluator may take to evaluate the final checkpoint")
+    stall_timeout_secs: int = _opt(600, check=_positive, kind=int,
+                                   doc="stop the run when no task reports progress for this long")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything one run needs; built once by `load_config` and passed down."""
+
+    source: str
+    cluster: ClusterConfig
+    strategy: str = "multi_worker_mirrored"
+    model: ModelConfig = ModelConfig()
+    training: TrainingConfig = TrainingConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    launcher: LauncherConfig = LauncherConfig()
+    run_dir: str = ""
+    model_dir: str = ""
+    data_dir: str = ""
+
+    def replace(self, **changes) -> "Config":
+        return dataclasses.replace(self, **changes)
+
+
+SECTIONS = {
+    "model": ModelConfig,
+    "training": TrainingConfig,
+    "evaluation": EvaluationConfig,
+    "launcher": LauncherConfig,
+}
+TOP_LEVEL_KEYS = ("cluster", "strategy", *SECTIONS, "run_dir", "model_dir", "data_dir")
+CLUSTER_KEYS = ("chief", "worker", "ps", "evaluator")
+
+
+def default_data_dir() -> str:
+    # Shared by every run on this machine: MNIST is prepared once, not per run.
+    return os.environ.get("ESTIMATOR_MNIST_DATA_DIR") or str(Path.home() / "tensorflow_datasets")
+
+
+def _type_name(value) -> str:
+    return type(value).__name__
+
+
+def _check_keys(file, mapping, valid, section):
+    for key in mapping:
+        if key not in valid:
+            raise UsageError(ERR_UNKNOWN_KEY.format(file=file, key=key, section=section, valid=", ".join(valid)))
+
+
+def _as_mapping(file, value, key):
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise UsageError(ERR_NOT_MAPPING.format(file=file, key=key, got=_type_name(value)))
+    return value
+
+
+def _coerce(file, key, value, f: dataclasses.Field):
+    meta = f.metadata
+    kind = meta.get("kind")
+    choices = meta.get("choices")
+    if choices is not None:
+        if value not in choices:
+            raise UsageError(ERR_CHOICE.format(file=file, key=key, choices=", ".join(choices), got=value))
+        return value
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UsageError(ERR_TYPE.format(file=file, key=key, expected="a whole number", got=value))
+    elif kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UsageError(ERR_TYPE.format(file=file, key=key, expected="a number", got=value))
+        value = float(value)
+    check = meta.get("check")
+    problem = check(value) if check else None
+    if problem:
+        raise UsageError(ERR_RANGE.format(file=file, key=key, bound=problem, got=value))
+    return value
+
+
+def _parse_section(file, raw, cls, name):
+    mapping = _as_mapping(file, raw, name)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    _check_keys(file, mapping, list(fields), name)
+    values = {k: _coerce(file, f"{name}.{k}", v, fields[k]) for k, v in mapping.items()}
+    return cls(**values)
+
+
+_ADDRESS = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9_.-]+)):(?P<port>\d+)$")
+
+
+def parse_address(file, key, text) -> Address:
+    if not isinstance(text, str):
+        raise UsageError(ERR_ADDRESS.format(file=file, key=key, got=text))
+    match = _ADDRESS.match(text.strip())
+    if not match:
+        raise UsageError(ERR_ADDRESS.format(file=file, key=key, got=text))
+    port = int(match["port"])
+    if not 1 <= port <= 65535:
+        raise UsageError(ERR_PORT.format(file=file, key=key, port=port))
+    return Address(host=match["v6"] or match["host"], port=port)
+
+
+def _parse_cluster(file, raw) -> ClusterConfig:
+    if raw is None:
+        raise UsageError(ERR_MISSING_KEY.format(file=file, key="cluster", hint="e.g. cluster: {chief: ['localhost:2222'], worker: ['localhost:2223']}"))
+    mapping = _as_mapping(file, raw, "cluster")
+    _check_keys(file, mapping, CLUSTER_KEYS, "cluster")
+    seen = {}
+    roles = {}
+    for role in TRAINING_ROLES:
+        entries = mapping.get(role)
+        if entries is None:
+            roles[role] = ()
+            continue
+        if isinstance(entries, str):
+            entries = [entries]
+        if not isinstance(entries, list):
+            raise UsageError(ERR_TYPE.format(file=file, key=f"cluster.{role}", expected="a list of 'host:port' strings", got=entries))
+        if not entries:
+            raise UsageError(ERR_EMPTY_LIST.format(file=file, key=f"cluster.{role}"))
+        addresses = []
+        for index, text in enumerate(entries):
+            key = f"cluster.{role}[{index}]"
+            address = parse_address(file, key, text)
+            if address in seen:
+                raise UsageError(ERR_DUPLICATE.format(file=file, key=key, address=address, other=seen[address]))
+            seen[address] = key
+            addresses.append(address)
+        roles[role] = tuple(addresses)
+    evaluator = mapping.get("evaluator")
+    if evaluator is not None:
+        if isinstance(evaluator, list):
+            if len(evaluator) != 1:
+                raise UsageError(ERR_MANY.format(file=file, role="evaluator", count=len(evaluator)))
+            evaluator = evaluator[0]
+        if not isinstance(evaluator, str) or not re.match(r"^[A-Za-z0-9_.:\[\]-]+$", evaluator):
+            raise UsageError(ERR_TYPE.format(file=file, key="cluster.evaluator", expected="a host name such as 'localhost' (the evaluator runs no server, so no port)", got=evaluator))
+        # Accept 'host:port' for symmetry with the other roles; the port is unused.
+        if _ADDRESS.match(evaluator):
+            evaluator = parse_address(file, "cluster.evaluator", evaluator).host
+    if len(roles["chief"]) > 1:
+        raise UsageError(ERR_MANY.format(file=file, role="chief", count=len(roles["chief"])))
+    if not roles["chief"] and not roles["worker"]:
+        raise UsageError(ERR_NO_TRAINER.format(file=file))
+    return ClusterConfig(evaluator=evaluator, **roles)
+
+
+def _check_strategy_roles(file, strategy, cluster: ClusterConfig):
+    if strategy == "multi_worker_mirrored" and cluster.ps:
+        raise UsageError(ERR_STRATEGY_ROLES.format(
+            file=file, strategy=strategy, problem="does not use parameter servers but cluster.ps is set",
+            fix="remove cluster.ps (variables are mirrored on every worker)"))
+
+
+def _resolve_path(value, file, key, default):
+    if value is None:
+        value = default
+    if not isinstance(value, str) or not value:
+        raise UsageError(ERR_TYPE.format(file=file, key=key, expected="a path", got=value))
+    # Relative paths are taken from the directory the command runs in, so that
+    # the launcher and the tasks it starts (same cwd) agree on them.
+    return str(Path(os.path.expanduser(value)).resolve())
+
+
+def config_from_dict(data, source: str) -> Config:
+    """Builds the frozen config from already-loaded YAML data; `source` names it in errors."""
+    file = source
+    data = _as_mapping(file, data, "the top level")
+    _check_keys(file, data, TOP_LEVEL_KEYS, "the top level")
+    cluster = _parse_cluster(file, data.get("cluster"))
+    strategy = data.get("strategy", "multi_worker_mirrored")
+    if strategy not in STRATEGIES:
+        raise UsageError(ERR_CHOICE.format(file=file, key="strategy", choices=", ".join(STRATEGIES), got=strategy))
+    _check_strategy_roles(file, strategy, cluster)
+    sections = {name: _parse_section(file, data.get(name), cls, name) for name, cls in SECTIONS.items()}
+    training = sections["training"]
+    if training.save_checkpoints_steps > training.max_steps:
+        raise UsageError(ERR_RANGE.format(file=file, key="training.save_checkpoints_steps",
+                                          bound=f"at most training.max_steps ({training.max_steps})",
+                                          got=training.save_checkpoints_steps))
+    stem = Path(source).stem if source else "run"
+    run_dir = _resolve_path(data.get("run_dir"), file, "run_dir", os.path.join("runs", stem))
+    model_dir = _resolve_path(data.get("model_dir"), file, "model_dir", os.path.join(run_dir, "model"))
+    data_dir = _resolve_path(data.get("data_dir"), file, "data_dir", default_data_dir())
+    return Config(source=source, cluster=cluster, strategy=strategy, run_dir=run_dir,
+                     model_dir=model_dir, data_dir=data_dir, **sections)
+
+
+def read_yaml(path) -> dict:
+    """The raw mapping of a YAML file, or a UsageError naming the file and the problem."""
+    import yaml  # Imported here so `--help` stays instant.
+
+    file = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(ERR_UNREADABLE.format(file=file, reason=reason)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        reason = where + str(getattr(exc, "problem", None) or exc)
+        raise UsageError(ERR_NOT_YAML.format(file=file, reason=reason)) from None
+    if data is None:
+        raise UsageError(ERR_MISSING_KEY.format(file=file, key="cluster", hint="the file is empty"))
+    return dict(_as_mapping(file, data, "the top level"))
+
+
+def load_config(path, **overrides) -> Config:
+    """Reads and validates a cluster YAML file; `overrides` replace top-level keys (e.g. model_dir)."""
+    data = read_yaml(path)
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return config_from_dict(data, str(path))
+
+
+def describe_keys() -> str:
+    """Every valid key with its default, for `estimator-mnist keys`."""
+    lines = ["cluster: {chief: [host:port], worker: [host:port, ...], ps: [host:port, ...], evaluator: host}",
+             f"strategy: one of {', '.join(STRATEGIES)} (default multi_worker_mirrored)",
+             "run_dir: default runs/<yaml name>; model_dir: default <run_dir>/model",
+             f"data_dir: default $ESTIMATOR_MNIST_DATA_DIR or ~/tensorflow_datasets"]
+    for name, cls in SECTIONS.items():
+        lines.append(f"{name}:")
+        for f in dataclasses.fields(cls):
+            extra = f" one of {', '.join(f.metadata['choices'])}" if f.metadata.get("choices") else ""
+            doc = f"  # {f.metadata['doc']}" if f.metadata.get("doc") else ""
+            lines.append(f"  {f.name}: {f.default!r}{extra}{doc}")
+    return "\n".join(lines)

@@ -1,0 +1,94 @@
+"""The CNN and the Estimator `model_fn` for every mode.
+
+Hyperparameters arrive in `params["config"]` (the frozen ModelConfig) and
+`params["batch_size_per_replica"]`; nothing is read from module globals.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from .data import IMAGE_KEY
+
+NUM_CLASSES = 10
+
+
+def build_network(name: str) -> tf.keras.Model:
+    layers = tf.keras.layers
+    if name == "classic_cnn":
+        # The classic distributed-MNIST network.
+        stack = [
+            layers.Conv2D(32, 5, padding="same", activation="relu"),
+            layers.MaxPooling2D(2),
+            layers.Conv2D(64, 5, padding="same", activation="relu"),
+            layers.MaxPooling2D(2),
+            layers.Flatten(),
+            layers.Dense(500, activation="relu"),
+            layers.Dense(NUM_CLASSES),
+        ]
+    elif name == "tutorial_cnn":
+        stack = [
+            layers.Conv2D(32, 3, activation="relu"),
+            layers.MaxPooling2D(2),
+            layers.Flatten(),
+            layers.Dense(64, activation="relu"),
+            layers.Dense(NUM_CLASSES),
+        ]
+    else:
+        raise ValueError(f"unknown network {name!r}")
+    return tf.keras.Sequential(stack, name=name)
+
+
+def _optimizer(model_config):
+    # tf.compat.v1 optimizers: Estimator's distributed training drives them.
+    if model_config.optimizer == "adam":
+        return tf.compat.v1.train.AdamOptimizer(model_config.learning_rate)
+    return tf.compat.v1.train.MomentumOptimizer(model_config.learning_rate, model_config.momentum)
+
+
+def global_batch_loss(labels, logits, global_batch_size):
+    """Cross-entropy summed over this replica's examples, divided by the GLOBAL batch.
+
+    The replicas' gradients are summed by the all-reduce, so the result is the
+    gradient of the mean over the global batch whatever the number of replicas.
+    Reduction.SUM also tells the v1 optimizer not to divide by the number of
+    replicas a second time (it does so for any other last loss reduction).
+    """
+    per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    return tf.compat.v1.losses.compute_weighted_loss(
+        per_example, weights=1.0 / global_batch_size,
+        reduction=tf.compat.v1.losses.Reduction.SUM, loss_collection=None)
+
+
+def model_fn(features, labels, mode, params):
+    model_config = params["config"]
+    images = features[IMAGE_KEY] if isinstance(features, dict) else features
+    network = build_network(model_config.network)
+    logits = network(images, training=mode == tf.estimator.ModeKeys.TRAIN)
+    class_ids = tf.argmax(logits, axis=1, output_type=tf.int32)
+
+    if mode == tf.estimator.ModeKeys.PREDICT:
+        predictions = {
+            "class_ids": class_ids,
+            "probabilities": tf.nn.softmax(logits),
+            "logits": logits,
+        }
+        return tf.estimator.EstimatorSpec(
+            mode=mode, predictions=predictions,
+            export_outputs={"serving_default": tf.estimator.export.PredictOutput(predictions)})
+
+    labels = tf.cast(labels, tf.int32)
+    if mode == tf.estimator.ModeKeys.EVAL:
+        loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits, loss_collection=None)
+        metrics = {"accuracy": tf.compat.v1.metrics.accuracy(labels=labels, predictions=class_ids)}
+        return tf.estimator.EstimatorSpec(mode=mode, loss=loss, eval_metric_ops=metrics)
+
+    # In replica context this is the strategy Estimator trains with (or the default one).
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    loss = global_batch_loss(labels, logits, params["batch_size_per_replica"] * replicas)
+    batch_accuracy = tf.reduce_mean(tf.cast(tf.equal(class_ids, labels), tf.float32))
+    # Estimator already writes the (replica-summed) "loss" summary.
+    tf.compat.v1.summary.scalar("train_accuracy", batch_accuracy)
+    train_op = _optimizer(model_config).minimize(
+        loss, global_step=tf.compat.v1.train.get_or_create_global_step(), var_list=network.trainable_variables)
+    return tf.estimator.EstimatorSpec(mode=mode, loss=loss, train_op=train_op)

@@ -1,0 +1,151 @@
+"""Runs one task of the cluster: chief, worker, ps or evaluator.
+
+The process's TF_CONFIG is set here, from the dict built by cluster.py, and
+nowhere else; then `tf.estimator.train_and_evaluate` does the rest.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import sys
+import time
+
+import tensorflow as tf
+
+from . import checkpoints
+from .cluster import TaskId
+from .config import Config
+from .data import input_fn, serving_input_receiver_fn
+from .model import model_fn
+from .strategy import build_train_strategy, session_config, thread_settings
+
+EVAL_RESULTS_FILE = checkpoints.EVAL_RESULTS_FILE
+
+
+def _log(message: str) -> None:
+    print(f"[estimator-mnist] {message}", file=sys.stderr, flush=True)
+
+
+class RecordingExporter(tf.estimator.Exporter):
+    """Wraps the SavedModel exporter and appends every evaluation to eval_results.jsonl.
+
+    Exporters are the one place where Estimator hands over the evaluation
+    result together with the checkpoint it came from, so the launcher (and a
+    user) can read each evaluated step without parsing logs or event files.
+    """
+
+    def __init__(self, inner: tf.estimator.Exporter, results_path: str):
+        self._inner = inner
+        self._results_path = results_path
+
+    @property
+    def name(self):
+        return self._inner.name
+
+    def export(self, estimator, export_path, checkpoint_path, eval_result, is_the_final_export):
+        exported = self._inner.export(estimator, export_path, checkpoint_path, eval_result, is_the_final_export)
+        if isinstance(exported, bytes):
+            exported = exported.decode()
+        record = {
+            "global_step": int(eval_result[tf.compat.v1.GraphKeys.GLOBAL_STEP]),
+            "accuracy": float(eval_result["accuracy"]),
+            "loss": float(eval_result["loss"]),
+            "checkpoint": checkpoint_path,
+            "export": exported,
+            "final": bool(is_the_final_export),
+            "time": time.time(),
+        }
+        with open(self._results_path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+        _log(f"evaluation: global_step={record['global_step']} accuracy={record['accuracy']:.4f} "
+             f"loss={record['loss']:.4f} export={exported}")
+        return exported
+
+
+def _exporter(config: Config) -> tf.estimator.Exporter:
+    evaluation = config.evaluation
+    if evaluation.export == "best":
+        inner = tf.estimator.BestExporter(name="best", serving_input_receiver_fn=serving_input_receiver_fn,
+                                          exports_to_keep=evaluation.exports_to_keep)
+    else:
+        inner = tf.estimator.LatestExporter(name="latest", serving_input_receiver_fn=serving_input_receiver_fn,
+                                            exports_to_keep=evaluation.exports_to_keep)
+    return RecordingExporter(inner, os.path.join(config.model_dir, EVAL_RESULTS_FILE))
+
+
+def build_estimator(config: Config, task: TaskId, strategy=None) -> tf.estimator.Estimator:
+    training = config.training
+    run_config = tf.estimator.RunConfig(
+        model_dir=config.model_dir,
+        train_distribute=strategy,
+        # Under MultiWorkerMirrored, save_checkpoints_secs would silently become
+        # "every 1000 steps"; steps are explicit and the same for every task.
+        save_checkpoints_steps=training.save_checkpoints_steps,
+        save_summary_steps=training.log_step_count_steps,
+        keep_checkpoint_max=training.keep_checkpoint_max,
+        log_step_count_steps=training.log_step_count_steps,
+        session_config=session_config(config, task),
+        session_creation_timeout_secs=training.session_creation_timeout_secs,
+        tf_random_seed=training.seed,
+    )
+    params = {"config": config.model, "batch_size_per_replica": training.batch_size_per_replica}
+    return tf.estimator.Estimator(model_fn=model_fn, config=run_config, params=params)
+
+
+def train_and_eval_specs(config: Config, train_dataset=None, eval_dataset=None):
+    training = config.training
+    common = dict(data_dir=config.data_dir, batch_size_per_replica=training.batch_size_per_replica,
+                  eval_batch_size=config.evaluation.batch_size, shuffle_buffer=training.shuffle_buffer,
+                  seed=training.seed)
+    train_spec = tf.estimator.TrainSpec(
+        input_fn=functools.partial(input_fn, tf.estimator.ModeKeys.TRAIN, dataset=train_dataset, **common),
+        max_steps=training.max_steps)
+    eval_spec = tf.estimator.EvalSpec(
+        input_fn=functools.partial(input_fn, tf.estimator.ModeKeys.EVAL, dataset=eval_dataset, **common),
+        steps=None,  # the whole test split
+        exporters=[_exporter(config)],
+        start_delay_secs=config.evaluation.start_delay_secs,
+        throttle_secs=config.evaluation.throttle_secs)
+    return train_spec, eval_spec
+
+
+def _configure_logging(task: TaskId) -> None:
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
+    logger = logging.getLogger("tensorflow")
+    for handler in logger.handlers:
+        handler.setFormatter(logging.Formatter(f"%(asctime)s {task} %(levelname)s %(message)s"))
+
+
+def _describe(config: Config, task: TaskId, strategy) -> str:
+    intra, inter = thread_settings(config, task)
+    devices = ", ".join(d.name for d in tf.config.list_physical_devices()) or "none"
+    replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    return (f"task {task} strategy={config.strategy if strategy is not None else 'none (evaluator)'} "
+            f"replicas_in_sync={replicas} devices=[{devices}] intra_op_threads={intra} "
+            f"inter_op_threads={inter} model_dir={config.model_dir} pid={os.getpid()}")
+
+
+def run_task(config: Config, tf_config: dict) -> int:
+    """Runs the task named by tf_config['task'] until training (or evaluation) ends."""
+    task = TaskId(tf_config["task"]["type"], int(tf_config["task"].get("index", 0)))
+    finished_step = checkpoints.latest_step(config.model_dir)
+    if not task.is_evaluator and finished_step is not None and finished_step >= config.training.max_steps:
+        # Starting a server here would leave the peers waiting for a chief that skips training.
+        _log(f"task {task}: model_dir already holds step {finished_step} >= max_steps "
+             f"{config.training.max_steps}; nothing to train. Raise training.max_steps to continue.")
+        return 0
+    os.makedirs(config.model_dir, exist_ok=True)
+    os.environ["TF_CONFIG"] = json.dumps(tf_config)
+    _configure_logging(task)
+    if task.is_evaluator and config.evaluation.nice:
+        os.nice(config.evaluation.nice)
+    strategy = build_train_strategy(config, task)
+    _log(_describe(config, task, strategy))
+    estimator = build_estimator(config, task, strategy)
+    train_spec, eval_spec = train_and_eval_specs(config)
+    tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    _log(f"task {task} finished")
+    return 0
