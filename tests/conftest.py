@@ -1,0 +1,98 @@
+"""Shared fixtures: prepared MNIST, free loopback ports, and small YAML files."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def free_ports(count: int):
+    """Ports that are free right now; callers retry if one is taken before use."""
+    sockets, ports = [], []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in sockets:
+            s.close()
+    return ports
+
+
+@pytest.fixture(scope="session")
+def mnist_data_dir():
+    """The real MNIST, prepared once per machine by the same code as `prepare-data`."""
+    from estimator_mnist.config import default_data_dir
+    from estimator_mnist.data_prep import prepare_data
+
+    data_dir = default_data_dir()
+    print(prepare_data(data_dir, log=lambda m: print(f"prepare-data: {m}")))
+    return data_dir
+
+
+@pytest.fixture
+def write_yaml(tmp_path):
+    def write(text: str, name: str = "cluster.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    return write
+
+
+def pids_alive(pids):
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        # A zombie is dead for our purposes.
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive
+
+
+def descendants(pid: int):
+    """All processes whose ancestry leads to `pid` (from /proc)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry.name))
+    found, frontier = [], [pid]
+    while frontier:
+        children = parents.get(frontier.pop(), [])
+        found.extend(children)
+        frontier.extend(children)
+    return found
+
+
+def pytest_configure(config):
+    """Two logical CPUs, so in-graph replication across devices can be tested on one CPU.
+
+    This must run before TensorFlow initialises its runtime, hence here.
+    """
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return
+    cpus = tf.config.list_physical_devices("CPU")
+    tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)

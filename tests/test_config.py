@@ -1,0 +1,141 @@
+import re
+import subprocess
+import sys
+
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from estimator_mnist import config as C
+from estimator_mnist.config import load_config
+from estimator_mnist.errors import UsageError
+
+BAD = Path(__file__).parent / "bad_configs"
+
+# file -> regex its one-line message must match (file name and key are always named).
+EXPECTED = {
+    "unknown_top_key.yaml": r"unknown key 'trainig' in the top level; valid keys are: cluster, strategy, model, training",
+    "unknown_section_key.yaml": r"unknown key 'max_step' in training; valid keys are: .*max_steps",
+    "wrong_type_steps.yaml": r"training\.max_steps must be a whole number, got 'many'",
+    "bool_as_int.yaml": r"training\.batch_size_per_replica must be a whole number, got True",
+    "malformed_address.yaml": r"cluster\.chief\[0\] is 'localhost', not a 'host:port' address",
+    "duplicate_address.yaml": r"cluster\.worker\[0\] repeats the address localhost:2222 already used by cluster\.chief\[0\]",
+    "port_out_of_range.yaml": r"cluster\.chief\[0\] has port 70000, outside 1-65535",
+    "port_zero.yaml": r"cluster\.worker\[0\] has port 0, outside 1-65535",
+    "no_chief_no_worker.yaml": r"cluster has no chief and no worker",
+    "two_chiefs.yaml": r"cluster\.chief lists 2 addresses but at most one chief is allowed",
+    "two_evaluators.yaml": r"cluster\.evaluator lists 2 addresses but at most one evaluator is allowed",
+    "unknown_strategy.yaml": r"strategy must be one of multi_worker_mirrored, got 'mirrored_everywhere'",
+    "mwms_with_ps.yaml": r"strategy 'multi_worker_mirrored' does not use parameter servers but cluster\.ps is set; remove cluster\.ps",
+    "negative_batch.yaml": r"training\.batch_size_per_replica must be a positive number, got -8",
+    "zero_steps.yaml": r"training\.max_steps must be a positive number, got 0",
+    "not_yaml.yaml": r"not valid YAML \(line \d+, column \d+: ",
+    "empty.yaml": r"missing required key 'cluster'.*the file is empty",
+    "no_cluster.yaml": r"missing required key 'cluster'",
+    "cluster_not_mapping.yaml": r"cluster must be a mapping of keys to values, got list",
+    "bad_choice_network.yaml": r"model\.network must be one of classic_cnn, tutorial_cnn, got 'resnet'",
+    "learning_rate_negative.yaml": r"model\.learning_rate must be a positive number, got -0\.1",
+    "checkpoint_after_end.yaml": r"training\.save_checkpoints_steps must be at most training\.max_steps \(100\), got 500",
+    "empty_worker_list.yaml": r"cluster\.worker is an empty list",
+    "bad_threads.yaml": r"training\.intra_op_threads must be 'auto' or a whole number",
+}
+
+
+def test_every_bad_file_has_an_expectation():
+    assert sorted(p.name for p in BAD.glob("*.yaml")) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_bad_file_is_rejected_with_a_one_line_message(name):
+    path = BAD / name
+    with pytest.raises(UsageError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(str(path) + ": ")
+    assert re.search(EXPECTED[name], message), message
+
+
+def test_unreadable_file(tmp_path):
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(UsageError, match=r"nope\.yaml: cannot read the cluster file \(No such file or directory\); pass an existing YAML"):
+        load_config(missing)
+
+
+def test_defaults_and_paths(write_yaml, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ESTIMATOR_MNIST_DATA_DIR", raising=False)
+    config = load_config(write_yaml("cluster: {chief: ['localhost:2222'], worker: ['127.0.0.1:2223']}\n", "mine.yaml"))
+    assert config.strategy == "multi_worker_mirrored"
+    assert config.cluster.chief == (C.Address("localhost", 2222),)
+    assert config.cluster.num_workers == 2
+    assert config.cluster.evaluator is None
+    assert config.training == C.TrainingConfig()
+    assert config.run_dir == str(tmp_path / "runs" / "mine")
+    assert config.model_dir == str(tmp_path / "runs" / "mine" / "model")
+    assert config.data_dir == str(Path.home() / "tensorflow_datasets")
+
+
+def test_config_is_frozen(write_yaml):
+    config = load_config(write_yaml("cluster: {worker: ['localhost:2222']}\n"))
+    with pytest.raises(Exception):
+        config.training.max_steps = 5
+    with pytest.raises(Exception):
+        config.strategy = "other"
+
+
+def test_values_are_parsed(write_yaml):
+    config = load_config(write_yaml("""
+cluster:
+  worker: ["localhost:2222", "[::1]:2223"]
+  evaluator: "localhost:9999"
+model: {network: tutorial_cnn, optimizer: momentum, learning_rate: 1, momentum: 0.5}
+training: {batch_size_per_replica: 32, max_steps: 10, save_checkpoints_steps: 5, intra_op_threads: 3}
+evaluation: {throttle_secs: 0, export: best}
+"""))
+    assert config.cluster.worker[1] == C.Address("::1", 2223)
+    assert str(config.cluster.worker[1]) == "[::1]:2223"
+    assert config.cluster.evaluator == "localhost"
+    assert config.model.learning_rate == 1.0 and isinstance(config.model.learning_rate, float)
+    assert config.model.network == "tutorial_cnn"
+    assert config.training.intra_op_threads == 3
+    assert config.evaluation.export == "best"
+
+
+def test_overrides_replace_paths(write_yaml, tmp_path):
+    config = load_config(write_yaml("cluster: {chief: ['localhost:2222']}\n"), model_dir=str(tmp_path / "m"))
+    assert config.model_dir == str(tmp_path / "m")
+
+
+def test_shipped_configs_are_valid():
+    for path in sorted((REPO / "config").glob("*.yaml")):
+        load_config(path)
+
+
+def test_describe_keys_lists_every_section_key():
+    text = C.describe_keys()
+    for cls in C.SECTIONS.values():
+        for name in cls.__dataclass_fields__:
+            assert f"  {name}:" in text
+
+
+def test_config_parsing_imports_no_tensorflow():
+    code = ("import sys; from estimator_mnist.config import load_config; "
+            f"load_config({str(REPO / 'config' / 'local.yaml')!r}); "
+            "import estimator_mnist.cluster, estimator_mnist.launcher, estimator_mnist.cli; "
+            "print('tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("name", ["duplicate_address.yaml", "unknown_top_key.yaml", "not_yaml.yaml"])
+@pytest.mark.parametrize("command", ["validate", "launch"])
+def test_cli_rejects_bad_files_fast_with_exit_2(name, command, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "estimator_mnist", command, "--cluster", str(BAD / name)],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("estimator-mnist: error: "), result.stderr
+    assert re.search(EXPECTED[name], lines[0])
+    assert not (tmp_path / "runs").exists()  # nothing was started or created

@@ -1,0 +1,164 @@
+"""model_fn in every mode, the global-batch loss, and a short Estimator run on injected data."""
+
+import functools
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from estimator_mnist.config import ModelConfig, config_from_dict  # noqa: E402
+from estimator_mnist.data import input_fn, serving_input_receiver_fn  # noqa: E402
+from estimator_mnist.model import build_network, global_batch_loss, model_fn  # noqa: E402
+from estimator_mnist import runner  # noqa: E402
+
+ModeKeys = tf.estimator.ModeKeys
+
+
+def fake_mnist(count=64, seed=0):
+    """(uint8 image, label) pairs shaped like prepared MNIST; the label is drawn in the image."""
+    rng = np.random.RandomState(seed)
+    labels = rng.randint(0, 10, size=count).astype(np.int64)
+    images = rng.randint(0, 40, size=(count, 28, 28, 1)).astype(np.uint8)
+    for i, label in enumerate(labels):
+        images[i, 2 * label:2 * label + 6, 4:24, 0] = 255
+    return images, labels
+
+
+def dataset_of(images, labels):
+    return tf.data.Dataset.from_tensor_slices((images, labels))
+
+
+def call_model_fn(mode, network="classic_cnn", optimizer="adam"):
+    with tf.Graph().as_default():
+        features = {"image": tf.random.uniform([8, 28, 28, 1])}
+        labels = tf.constant(np.arange(8) % 10, tf.int64) if mode != ModeKeys.PREDICT else None
+        tf.compat.v1.train.get_or_create_global_step()
+        params = {"config": ModelConfig(network=network, optimizer=optimizer), "batch_size_per_replica": 8}
+        return model_fn(features, labels, mode, params)
+
+
+@pytest.mark.parametrize("network", ["classic_cnn", "tutorial_cnn"])
+@pytest.mark.parametrize("optimizer", ["adam", "momentum"])
+def test_train_mode(network, optimizer):
+    spec = call_model_fn(ModeKeys.TRAIN, network, optimizer)
+    assert spec.mode == ModeKeys.TRAIN
+    assert spec.train_op is not None
+    assert spec.loss.shape == ()
+
+
+def test_eval_mode():
+    spec = call_model_fn(ModeKeys.EVAL)
+    assert spec.mode == ModeKeys.EVAL
+    assert set(spec.eval_metric_ops) == {"accuracy"}
+    assert spec.train_op is None
+
+
+def test_predict_mode_has_mode_and_serving_signature():
+    spec = call_model_fn(ModeKeys.PREDICT)
+    assert spec.mode == ModeKeys.PREDICT
+    assert set(spec.predictions) == {"class_ids", "probabilities", "logits"}
+    assert spec.predictions["probabilities"].shape.as_list() == [8, 10]
+    assert "serving_default" in spec.export_outputs
+
+
+def test_networks_have_the_documented_shapes():
+    classic = build_network("classic_cnn")
+    classic.build((None, 28, 28, 1))
+    assert [w.shape.as_list() for w in classic.trainable_weights if len(w.shape) > 1] == [
+        [5, 5, 1, 32], [5, 5, 32, 64], [7 * 7 * 64, 500], [500, 10]]
+    tutorial = build_network("tutorial_cnn")
+    tutorial.build((None, 28, 28, 1))
+    assert [w.shape.as_list() for w in tutorial.trainable_weights if len(w.shape) > 1] == [
+        [3, 3, 1, 32], [13 * 13 * 32, 64], [64, 10]]
+
+
+def test_global_batch_loss_divides_by_the_global_batch():
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        logits = tf.zeros([4, 10])
+        labels = tf.zeros([4], tf.int32)
+        loss = global_batch_loss(labels, logits, global_batch_size=8)
+        # Four examples of log(10) each, summed, over a global batch of 8.
+        assert session.run(loss) == pytest.approx(4 * np.log(10) / 8, rel=1e-5)
+
+
+def _one_sgd_step(tmp_path, name, strategy, batch_size_per_replica, learning_rate=0.5, warm_start_from=None):
+    images, labels = fake_mnist(8)
+    model_config = ModelConfig(optimizer="momentum", momentum=0.0, learning_rate=learning_rate)
+    run_config = tf.estimator.RunConfig(model_dir=str(tmp_path / name), train_distribute=strategy, tf_random_seed=7)
+    estimator = tf.estimator.Estimator(
+        model_fn, config=run_config, warm_start_from=warm_start_from,
+        params={"config": model_config, "batch_size_per_replica": batch_size_per_replica})
+    estimator.train(functools.partial(input_fn, ModeKeys.TRAIN, data_dir=None, batch_size_per_replica=batch_size_per_replica,
+                                      shuffle_buffer=1, make_dataset=lambda split: dataset_of(images, labels)), max_steps=1)
+    weights = {n: estimator.get_variable_value(n) for n in estimator.get_variable_names() if n.endswith(("kernel", "bias"))}
+    return weights, run_config.model_dir
+
+
+def test_gradient_is_the_same_for_one_or_two_replicas(tmp_path):
+    """One SGD step on a global batch of 8: one replica of 8 == two replicas of 4 (conftest makes 2 CPUs)."""
+    initial, init_dir = _one_sgd_step(tmp_path, "init", None, 8, learning_rate=0.0)
+    start = tf.estimator.WarmStartSettings(init_dir, vars_to_warm_start=".*(kernel|bias)")
+    single, _ = _one_sgd_step(tmp_path, "one", None, 8, warm_start_from=start)
+    mirrored = tf.compat.v1.distribute.MirroredStrategy(
+        devices=["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+    assert mirrored.num_replicas_in_sync == 2
+    double, _ = _one_sgd_step(tmp_path, "two", mirrored, 4, warm_start_from=start)
+    assert single.keys() == double.keys() == initial.keys() and single
+    for name in single:
+        assert not np.allclose(single[name], initial[name]), f"{name} did not train"
+        np.testing.assert_allclose(single[name], double[name], rtol=1e-3, atol=1e-5, err_msg=name)
+
+
+def test_short_estimator_run_trains_evaluates_predicts_and_exports(tmp_path):
+    images, labels = fake_mnist(256)
+    config = config_from_dict({
+        "cluster": {"chief": ["localhost:1"]},
+        "training": {"batch_size_per_replica": 16, "max_steps": 2, "save_checkpoints_steps": 2},
+        "evaluation": {"batch_size": 100},
+        "model_dir": str(tmp_path / "model"),
+    }, "test")
+    from estimator_mnist.cluster import TaskId
+
+    estimator = runner.build_estimator(config, TaskId("chief", 0))
+
+    def make_dataset(split):
+        return dataset_of(images, labels) if split == "train" else dataset_of(images[:100], labels[:100])
+
+    train_spec, eval_spec = runner.train_and_eval_specs(config, make_dataset=make_dataset)
+    estimator.train(train_spec.input_fn, max_steps=train_spec.max_steps)
+    assert estimator.get_variable_value("global_step") == 2
+
+    metrics = estimator.evaluate(eval_spec.input_fn)
+    assert metrics["global_step"] == 2
+    assert 0.0 <= metrics["accuracy"] <= 1.0
+
+    predictions = list(estimator.predict(eval_spec.input_fn, yield_single_examples=True))
+    assert len(predictions) == 100  # the whole eval set, exactly once
+    assert predictions[0]["probabilities"].shape == (10,)
+    assert predictions[0]["probabilities"].sum() == pytest.approx(1.0, rel=1e-5)
+
+    export_dir = estimator.export_saved_model(str(tmp_path / "export"), serving_input_receiver_fn).decode()
+    loaded = tf.saved_model.load(export_dir)
+    outputs = loaded.signatures["serving_default"](image=tf.constant(images[:3].astype(np.float32) / 255.0))
+    assert outputs["class_ids"].shape == (3,)
+    assert outputs["probabilities"].shape == (3, 10)
+
+
+def test_recording_exporter_appends_each_evaluation(tmp_path):
+    class FakeExporter(tf.estimator.Exporter):
+        name = "fake"
+
+        def export(self, *args):
+            return b"/exports/123"
+
+    path = tmp_path / "eval_results.jsonl"
+    recorder = runner.RecordingExporter(FakeExporter(), str(path))
+    for step in (10, 20):
+        result = {"global_step": np.int64(step), "accuracy": np.float32(0.5), "loss": np.float32(1.0)}
+        assert recorder.export(None, "x", f"ckpt-{step}", result, step == 20) == "/exports/123"
+    from estimator_mnist.checkpoints import read_eval_results
+
+    records = read_eval_results(str(tmp_path))
+    assert [r["global_step"] for r in records] == [10, 20]
+    assert records[-1]["final"] is True and records[-1]["export"] == "/exports/123"
