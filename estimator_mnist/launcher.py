@@ -149,8 +149,10 @@ class RunFailed(Exception):
 
 
 class Launcher:
-    def __init__(self, config: Config, cluster_file: str, quiet: bool = False, out=None):
+    def __init__(self, config: Config, cluster_file: str, quiet: bool = False, out=None, command_for=None):
         self.config = config
+        # Tests swap in stand-in tasks; the supervision logic is the same.
+        self.command_for = command_for or self._command
         self.cluster_file = cluster_file
         self.quiet = quiet
         self.out = out or sys.stdout
@@ -189,7 +191,7 @@ class Launcher:
     def start(self, task: TaskId) -> TaskProcess:
         log_path = self.log_dir / f"{task.type}-{task.index}.log"
         with open(log_path, "ab") as log:
-            popen = subprocess.Popen(self._command(task), stdin=subprocess.DEVNULL, stdout=log,
+            popen = subprocess.Popen(self.command_for(task), stdin=subprocess.DEVNULL, stdout=log,
                                      stderr=subprocess.STDOUT, env=self._environment(),
                                      start_new_session=True, preexec_fn=_die_with_parent)
         process = TaskProcess(task=task, popen=popen, log_path=log_path, started=time.time())
@@ -423,11 +425,11 @@ def data_is_prepared(data_dir: str) -> bool:
                for p in root.glob("*")) if root.is_dir() else False
 
 
-def launch(config: Config, cluster_file: str, quiet: bool = False, out=None) -> int:
+def launch(config: Config, cluster_file: str, quiet: bool = False, out=None, command_for=None) -> int:
     check_local(config.cluster, cluster_file)
     if not data_is_prepared(config.data_dir):
         raise UsageError(ERR_NOT_PREPARED.format(data_dir=config.data_dir))
-    launcher = Launcher(config, cluster_file, quiet=quiet, out=out)
+    launcher = Launcher(config, cluster_file, quiet=quiet, out=out, command_for=command_for)
     step = checkpoints.latest_step(config.model_dir)
     if step is not None and step >= config.training.max_steps:
         final = launcher._final_evaluation()

@@ -115,6 +115,7 @@ def train_and_eval_specs(config: Config, make_dataset=None):
 def _configure_logging(task: TaskId) -> None:
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
     logger = logging.getLogger("tensorflow")
+    logger.propagate = False  # absl's root handler would print every line a second time
     for handler in logger.handlers:
         handler.setFormatter(logging.Formatter(f"%(asctime)s {task} %(levelname)s %(message)s"))
 

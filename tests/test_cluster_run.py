@@ -1,0 +1,118 @@
+"""Real multi-process clusters on loopback, started through the same launcher as run_local.sh."""
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, descendants, free_ports, pids_alive
+
+pytestmark = pytest.mark.cluster
+
+CLUSTER_YAML = """
+cluster:
+  worker: ["localhost:{p0}", "localhost:{p1}"]
+  evaluator: localhost
+strategy: multi_worker_mirrored
+training: {{batch_size_per_replica: 64, max_steps: {steps}, save_checkpoints_steps: {save}, log_step_count_steps: 10}}
+evaluation: {{throttle_secs: 0, start_delay_secs: 0}}
+launcher: {{grace_secs: 5, stall_timeout_secs: 300}}
+run_dir: {run_dir}
+data_dir: {data_dir}
+"""
+
+
+def write_cluster(tmp_path, data_dir, steps, save):
+    p0, p1 = free_ports(2)
+    path = tmp_path / "two_workers.yaml"
+    path.write_text(CLUSTER_YAML.format(p0=p0, p1=p1, steps=steps, save=save, run_dir=tmp_path / "run", data_dir=data_dir))
+    return path
+
+
+def start_launch(path):
+    return subprocess.Popen([sys.executable, "-m", "estimator_mnist", "launch", "--cluster", str(path)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def launch_with_port_retry(tmp_path, data_dir, steps, save, attempts=3):
+    """Runs a launch to completion; new free ports if one was taken meanwhile."""
+    for _ in range(attempts):
+        path = write_cluster(tmp_path, data_dir, steps, save)
+        proc = start_launch(path)
+        out, _ = proc.communicate(timeout=900)
+        if proc.returncode == 2 and "already in use" in out:
+            continue
+        return proc.returncode, out, proc.pid
+    pytest.fail(f"no free ports after {attempts} attempts: {out}")
+
+
+def test_two_workers_train_evaluate_and_export(tmp_path, mnist_data_dir):
+    code, out, launcher_pid = launch_with_port_retry(tmp_path, mnist_data_dir, steps=60, save=30)
+    assert code == 0, out
+    last = out.strip().splitlines()[-1]
+    match = re.fullmatch(r"finished: accuracy=(?P<acc>[\d.]+) global_step=60 export=(?P<export>\S+)", last)
+    assert match, out
+    assert float(match["acc"]) > 0.5  # chance is 0.1
+
+    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
+    assert summary["status"] == "finished" and summary["global_step"] == 60
+    assert {t for t in summary["tasks"]} == {"worker:0", "worker:1", "evaluator:0"}
+    assert summary["tasks"]["worker:0"]["exit"] == 0 and summary["tasks"]["evaluator:0"]["exit"] == 0
+    assert summary["evaluations"][-1]["global_step"] == 60
+    model_dir = Path(summary["model_dir"])
+    assert (model_dir / "model.ckpt-60.index").is_file()
+    assert not pids_alive([t["pid"] for t in summary["tasks"].values()])
+
+    # Both workers trained: each logged its own input pipeline's steps.
+    for task in ("worker-0", "worker-1"):
+        log = (Path(summary["log_dir"]) / f"{task}.log").read_text()
+        assert "replicas_in_sync=2" in log and "loss = " in log
+
+    import tensorflow as tf
+    from estimator_mnist.data import load_split
+
+    images, labels = next(iter(load_split("test", mnist_data_dir).batch(200)))
+    serving = tf.saved_model.load(match["export"]).signatures["serving_default"]
+    predicted = serving(image=tf.cast(images, tf.float32) / 255.0)["class_ids"].numpy()
+    assert np.mean(predicted == labels.numpy()) > 0.5
+
+
+def test_killing_a_worker_stops_the_whole_run(tmp_path, mnist_data_dir):
+    for _ in range(3):
+        path = write_cluster(tmp_path, mnist_data_dir, steps=100000, save=1000)
+        proc = start_launch(path)
+        deadline = time.time() + 300
+        worker = None
+        while time.time() < deadline and proc.poll() is None:
+            logs = list((tmp_path / "run" / "logs").glob("*/worker-0.log"))
+            if logs and re.search(r"step = [1-9]\d*", logs[0].read_text(errors="replace")):
+                for pid in descendants(proc.pid):
+                    try:
+                        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                    except OSError:
+                        continue
+                    if b"worker:1" in cmdline:
+                        worker = pid
+                break
+            time.sleep(0.5)
+        if proc.poll() == 2:
+            continue  # a port was taken between choosing and binding: try new ones
+        break
+    assert worker is not None, "training never started"
+    everyone = descendants(proc.pid)
+    killed_at = time.monotonic()
+    import os
+
+    os.kill(worker, signal.SIGKILL)
+    out, _ = proc.communicate(timeout=120)
+    elapsed = time.monotonic() - killed_at
+    assert proc.returncode not in (0, None), out
+    assert "failed: task worker:1 failed (killed by SIGKILL)" in out
+    assert elapsed < 60, f"launcher took {elapsed:.0f} s to give up"
+    assert not pids_alive(everyone)
