@@ -129,9 +129,9 @@ def test_config_parsing_imports_no_tensorflow():
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("name", ["duplicate_address.yaml", "unknown_top_key.yaml", "not_yaml.yaml"])
-@pytest.mark.parametrize("command", ["validate", "launch"])
-def test_cli_rejects_bad_files_fast_with_exit_2(name, command, tmp_path):
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("command", ["launch", "validate"])
+def test_cli_rejects_bad_files_with_exit_2_and_starts_nothing(name, command, tmp_path):
     result = subprocess.run([sys.executable, "-m", "estimator_mnist", command, "--cluster", str(BAD / name)],
                             capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 2
