@@ -123,6 +123,8 @@ class TrainingConfig:
     shuffle_buffer: int = _opt(10000, check=_positive, kind=int)
     seed: int = _opt(0, check=_non_negative, kind=int)
     session_creation_timeout_secs: int = _opt(300, check=_positive, kind=int)
+    teardown_timeout_secs: int = _opt(10, check=_positive, kind=int,
+                                      doc="exit when closing the session still blocks this long after the last step")
     intra_op_threads: Any = _opt("auto", check=_threads, kind="threads")
     inter_op_threads: Any = _opt("auto", check=_threads, kind="threads")
 

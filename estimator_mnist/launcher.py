@@ -258,6 +258,10 @@ class Launcher:
             return
         self._last_print = now
         pr = self.progress
+        if self.training_done_time is not None:
+            waiting = ", ".join(str(p.task) for p in self.processes.values() if p.running)
+            self.say(f"{self._elapsed()} training finished; waiting for {waiting} to finish")
+            return
         if pr.step is None:
             self.say(f"{self._elapsed()} starting: {len([p for p in self.processes.values() if p.running])} tasks up, "
                      f"waiting for the first training step")

@@ -11,12 +11,13 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 
 import tensorflow as tf
 
 from . import checkpoints
-from .cluster import TaskId
+from .cluster import TaskId, chief_task
 from .config import Config
 from .data import input_fn, serving_input_receiver_fn
 from .model import model_fn
@@ -29,6 +30,11 @@ def _log(message: str) -> None:
     print(f"[estimator-mnist] {message}", file=sys.stderr, flush=True)
 
 
+class FinalEvaluationDone(Exception):
+    """Raised after the final export: Estimator's evaluator loop would otherwise
+    sleep a whole throttle_secs before noticing that training is over."""
+
+
 class RecordingExporter(tf.estimator.Exporter):
     """Wraps the SavedModel exporter and appends every evaluation to eval_results.jsonl.
 
@@ -37,9 +43,10 @@ class RecordingExporter(tf.estimator.Exporter):
     user) can read each evaluated step without parsing logs or event files.
     """
 
-    def __init__(self, inner: tf.estimator.Exporter, results_path: str):
+    def __init__(self, inner: tf.estimator.Exporter, results_path: str, stop_after_final: bool = False):
         self._inner = inner
         self._results_path = results_path
+        self._stop_after_final = stop_after_final
 
     @property
     def name(self):
@@ -62,10 +69,44 @@ class RecordingExporter(tf.estimator.Exporter):
             handle.write(json.dumps(record) + "\n")
         _log(f"evaluation: global_step={record['global_step']} accuracy={record['accuracy']:.4f} "
              f"loss={record['loss']:.4f} export={exported}")
+        if is_the_final_export and self._stop_after_final:
+            raise FinalEvaluationDone(record)
         return exported
 
 
-def _exporter(config: Config) -> tf.estimator.Exporter:
+class TeardownWatchdogHook(tf.compat.v1.train.SessionRunHook):
+    """Ends the process if closing the training session stalls after training finished.
+
+    Under MultiWorkerMirrored, GrpcSession::Close on the chief and the workers
+    was seen waiting 60-90 s on peers that had already finished (py-spy shows
+    LocalMaster::CloseSession in WaitForNotification). Training is over by then
+    and the chief's final checkpoint is on disk, so after `timeout_secs` the
+    task logs why and exits 0 instead of making the whole run wait.
+    """
+
+    def __init__(self, model_dir: str, is_chief: bool, timeout_secs: int):
+        self._model_dir = model_dir
+        self._is_chief = is_chief
+        self._timeout_secs = timeout_secs
+
+    def end(self, session):
+        final_step = int(session.run(tf.compat.v1.train.get_global_step()))
+        threading.Thread(target=self._watch, args=(final_step,), name="teardown-watchdog", daemon=True).start()
+
+    def _watch(self, final_step: int) -> None:
+        # The chief's own final save may still be running in another hook's end().
+        while self._is_chief and (checkpoints.latest_step(self._model_dir) or -1) < final_step:
+            time.sleep(0.5)
+        time.sleep(self._timeout_secs)
+        _log(f"training ended at step {final_step} but closing the session is still blocked after "
+             f"{self._timeout_secs} s (TensorFlow waits on peers that already left); exiting")
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def _exporter(config: Config, stop_after_final: bool = False) -> tf.estimator.Exporter:
     evaluation = config.evaluation
     if evaluation.export == "best":
         inner = tf.estimator.BestExporter(name="best", serving_input_receiver_fn=serving_input_receiver_fn,
@@ -73,7 +114,7 @@ def _exporter(config: Config) -> tf.estimator.Exporter:
     else:
         inner = tf.estimator.LatestExporter(name="latest", serving_input_receiver_fn=serving_input_receiver_fn,
                                             exports_to_keep=evaluation.exports_to_keep)
-    return RecordingExporter(inner, os.path.join(config.model_dir, EVAL_RESULTS_FILE))
+    return RecordingExporter(inner, os.path.join(config.model_dir, EVAL_RESULTS_FILE), stop_after_final)
 
 
 def build_estimator(config: Config, task: TaskId, strategy=None) -> tf.estimator.Estimator:
@@ -95,18 +136,18 @@ def build_estimator(config: Config, task: TaskId, strategy=None) -> tf.estimator
     return tf.estimator.Estimator(model_fn=model_fn, config=run_config, params=params)
 
 
-def train_and_eval_specs(config: Config, make_dataset=None):
+def train_and_eval_specs(config: Config, make_dataset=None, hooks=(), stop_after_final_export=False):
     training = config.training
     common = dict(data_dir=config.data_dir, batch_size_per_replica=training.batch_size_per_replica,
                   eval_batch_size=config.evaluation.batch_size, shuffle_buffer=training.shuffle_buffer,
                   seed=training.seed)
     train_spec = tf.estimator.TrainSpec(
         input_fn=functools.partial(input_fn, tf.estimator.ModeKeys.TRAIN, make_dataset=make_dataset, **common),
-        max_steps=training.max_steps)
+        max_steps=training.max_steps, hooks=list(hooks))
     eval_spec = tf.estimator.EvalSpec(
         input_fn=functools.partial(input_fn, tf.estimator.ModeKeys.EVAL, make_dataset=make_dataset, **common),
         steps=None,  # the whole test split
-        exporters=[_exporter(config)],
+        exporters=[_exporter(config, stop_after_final_export)],
         start_delay_secs=config.evaluation.start_delay_secs,
         throttle_secs=config.evaluation.throttle_secs)
     return train_spec, eval_spec
@@ -146,7 +187,14 @@ def run_task(config: Config, tf_config: dict) -> int:
     strategy = build_train_strategy(config, task)
     _log(_describe(config, task, strategy))
     estimator = build_estimator(config, task, strategy)
-    train_spec, eval_spec = train_and_eval_specs(config)
-    tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    hooks = []
+    if strategy is not None:
+        hooks.append(TeardownWatchdogHook(config.model_dir, is_chief=task == chief_task(config.cluster),
+                                          timeout_secs=config.training.teardown_timeout_secs))
+    train_spec, eval_spec = train_and_eval_specs(config, hooks=hooks, stop_after_final_export=task.is_evaluator)
+    try:
+        tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    except FinalEvaluationDone:
+        pass
     _log(f"task {task} finished")
     return 0

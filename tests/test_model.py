@@ -162,3 +162,32 @@ def test_recording_exporter_appends_each_evaluation(tmp_path):
     records = read_eval_results(str(tmp_path))
     assert [r["global_step"] for r in records] == [10, 20]
     assert records[-1]["final"] is True and records[-1]["export"] == "/exports/123"
+
+
+def test_teardown_watchdog_exits_only_after_the_final_checkpoint(tmp_path):
+    """A stalled session close ends the task (exit 0), but never before the final checkpoint exists."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from conftest import REPO
+
+    code = textwrap.dedent(f"""
+        import sys, threading, time
+        sys.path.insert(0, {str(REPO)!r})
+        from estimator_mnist.runner import TeardownWatchdogHook
+        model_dir = {str(tmp_path)!r}
+        hook = TeardownWatchdogHook(model_dir, is_chief=True, timeout_secs=1)
+        threading.Thread(target=hook._watch, args=(5,), daemon=True).start()
+        time.sleep(3)
+        print("checkpoint written", flush=True)
+        open(model_dir + "/model.ckpt-5.index", "w").close()
+        open(model_dir + "/checkpoint", "w").write('model_checkpoint_path: "model.ckpt-5"')
+        time.sleep(60)
+        print("session close never returned", flush=True)
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0
+    assert "checkpoint written" in result.stdout
+    assert "session close never returned" not in result.stdout
+    assert "training ended at step 5 but closing the session is still blocked after 1 s" in result.stderr
