@@ -191,3 +191,20 @@ def test_teardown_watchdog_exits_only_after_the_final_checkpoint(tmp_path):
     assert "checkpoint written" in result.stdout
     assert "session close never returned" not in result.stdout
     assert "training ended at step 5 but closing the session is still blocked after 1 s" in result.stderr
+
+
+def test_evaluator_stops_right_after_the_final_export(tmp_path):
+    class FakeExporter(tf.estimator.Exporter):
+        name = "fake"
+
+        def export(self, *args):
+            return "/exports/9"
+
+    recorder = runner.RecordingExporter(FakeExporter(), str(tmp_path / "eval_results.jsonl"), stop_after_final=True)
+    result = {"global_step": 5, "accuracy": 0.9, "loss": 0.3}
+    assert recorder.export(None, "x", "ckpt-5", result, False) == "/exports/9"
+    with pytest.raises(runner.FinalEvaluationDone):
+        recorder.export(None, "x", "ckpt-9", {**result, "global_step": 9}, True)
+    from estimator_mnist.checkpoints import read_eval_results
+
+    assert [r["global_step"] for r in read_eval_results(str(tmp_path))] == [5, 9]  # recorded before stopping
