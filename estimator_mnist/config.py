@@ -38,6 +38,7 @@ STRATEGIES = ("multi_worker_mirrored",)
 NETWORKS = ("classic_cnn", "tutorial_cnn")
 OPTIMIZERS = ("adam", "momentum")
 EXPORTERS = ("latest", "best")
+LR_SCHEDULES = ("cosine", "constant")
 
 
 def _positive(v):
@@ -110,6 +111,8 @@ class ModelConfig:
                         doc="classic_cnn: conv5x5x32-pool-conv5x5x64-pool-dense500; tutorial_cnn: conv3x3x32-pool-dense64")
     optimizer: str = _opt("adam", choices=OPTIMIZERS)
     learning_rate: float = _opt(0.001, check=_positive, kind=float)
+    lr_schedule: str = _opt("cosine", choices=LR_SCHEDULES,
+                            doc="cosine: decay from learning_rate to a tenth of it at training.max_steps")
     momentum: float = _opt(0.9, check=_fraction, kind=float, doc="used by optimizer: momentum")
 
 

@@ -1,7 +1,8 @@
 """The CNN and the Estimator `model_fn` for every mode.
 
 Hyperparameters arrive in `params["config"]` (the frozen ModelConfig) and
-`params["batch_size_per_replica"]`; nothing is read from module globals.
+`params["batch_size_per_replica"]` and `params["max_steps"]`; nothing is read
+from module globals.
 """
 
 from __future__ import annotations
@@ -39,11 +40,19 @@ def build_network(name: str) -> tf.keras.Model:
     return tf.keras.Sequential(stack, name=name)
 
 
-def _optimizer(model_config):
+def _learning_rate(model_config, global_step, max_steps):
+    if model_config.lr_schedule == "constant":
+        return model_config.learning_rate
+    # Decaying to a tenth makes the last checkpoints agree with each other, so
+    # the final accuracy does not depend on where the noise of the last steps lands.
+    return tf.compat.v1.train.cosine_decay(model_config.learning_rate, global_step, max_steps, alpha=0.1)
+
+
+def _optimizer(model_config, learning_rate):
     # tf.compat.v1 optimizers: Estimator's distributed training drives them.
     if model_config.optimizer == "adam":
-        return tf.compat.v1.train.AdamOptimizer(model_config.learning_rate)
-    return tf.compat.v1.train.MomentumOptimizer(model_config.learning_rate, model_config.momentum)
+        return tf.compat.v1.train.AdamOptimizer(learning_rate)
+    return tf.compat.v1.train.MomentumOptimizer(learning_rate, model_config.momentum)
 
 
 def global_batch_loss(labels, logits, global_batch_size):
@@ -89,6 +98,9 @@ def model_fn(features, labels, mode, params):
     batch_accuracy = tf.reduce_mean(tf.cast(tf.equal(class_ids, labels), tf.float32))
     # Estimator already writes the (replica-summed) "loss" summary.
     tf.compat.v1.summary.scalar("train_accuracy", batch_accuracy)
-    train_op = _optimizer(model_config).minimize(
-        loss, global_step=tf.compat.v1.train.get_or_create_global_step(), var_list=network.trainable_variables)
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    learning_rate = _learning_rate(model_config, global_step, params["max_steps"])
+    tf.compat.v1.summary.scalar("learning_rate", learning_rate)
+    train_op = _optimizer(model_config, learning_rate).minimize(
+        loss, global_step=global_step, var_list=network.trainable_variables)
     return tf.estimator.EstimatorSpec(mode=mode, loss=loss, train_op=train_op)

@@ -132,7 +132,8 @@ def build_estimator(config: Config, task: TaskId, strategy=None) -> tf.estimator
         session_creation_timeout_secs=training.session_creation_timeout_secs,
         tf_random_seed=training.seed,
     )
-    params = {"config": config.model, "batch_size_per_replica": training.batch_size_per_replica}
+    params = {"config": config.model, "batch_size_per_replica": training.batch_size_per_replica,
+              "max_steps": training.max_steps}
     return tf.estimator.Estimator(model_fn=model_fn, config=run_config, params=params)
 
 

@@ -29,8 +29,11 @@ ensure_venv() {
     rm -rf "$VENV"
     "$python" -m venv "$VENV"
   fi
-  stamp="$VENV/.installed-$(cat "$REPO/setup.cfg" "$REPO/constraints.txt" | sha256sum | cut -c1-16)${extras:+-$extras}"
-  if [ ! -f "$stamp" ]; then
+  local hash
+  hash="$(cat "$REPO/setup.cfg" "$REPO/constraints.txt" | sha256sum | cut -c1-16)"
+  stamp="$VENV/.installed-$hash${extras:+-$extras}"
+  # An install with the dev extra also serves run_local.sh, which needs no extra.
+  if [ ! -f "$stamp" ] && { [ -n "$extras" ] || [ ! -f "$VENV/.installed-$hash-dev" ]; }; then
     echo "installing estimator_mnist${extras:+[$extras]} and its pinned dependencies into $VENV (first time: a few minutes)" >&2
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade "pip>=23" setuptools wheel
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \

@@ -34,7 +34,8 @@ def call_model_fn(mode, network="classic_cnn", optimizer="adam"):
         features = {"image": tf.random.uniform([8, 28, 28, 1])}
         labels = tf.constant(np.arange(8) % 10, tf.int64) if mode != ModeKeys.PREDICT else None
         tf.compat.v1.train.get_or_create_global_step()
-        params = {"config": ModelConfig(network=network, optimizer=optimizer), "batch_size_per_replica": 8}
+        params = {"config": ModelConfig(network=network, optimizer=optimizer), "batch_size_per_replica": 8,
+                  "max_steps": 100}
         return model_fn(features, labels, mode, params)
 
 
@@ -84,11 +85,11 @@ def test_global_batch_loss_divides_by_the_global_batch():
 
 def _one_sgd_step(tmp_path, name, strategy, batch_size_per_replica, learning_rate=0.5, warm_start_from=None):
     images, labels = fake_mnist(8)
-    model_config = ModelConfig(optimizer="momentum", momentum=0.0, learning_rate=learning_rate)
+    model_config = ModelConfig(optimizer="momentum", momentum=0.0, learning_rate=learning_rate, lr_schedule="constant")
     run_config = tf.estimator.RunConfig(model_dir=str(tmp_path / name), train_distribute=strategy, tf_random_seed=7)
     estimator = tf.estimator.Estimator(
         model_fn, config=run_config, warm_start_from=warm_start_from,
-        params={"config": model_config, "batch_size_per_replica": batch_size_per_replica})
+        params={"config": model_config, "batch_size_per_replica": batch_size_per_replica, "max_steps": 1})
     estimator.train(functools.partial(input_fn, ModeKeys.TRAIN, data_dir=None, batch_size_per_replica=batch_size_per_replica,
                                       shuffle_buffer=1, make_dataset=lambda split: dataset_of(images, labels)), max_steps=1)
     weights = {n: estimator.get_variable_value(n) for n in estimator.get_variable_names() if n.endswith(("kernel", "bias"))}
@@ -208,3 +209,15 @@ def test_evaluator_stops_right_after_the_final_export(tmp_path):
     from estimator_mnist.checkpoints import read_eval_results
 
     assert [r["global_step"] for r in read_eval_results(str(tmp_path))] == [5, 9]  # recorded before stopping
+
+
+def test_cosine_schedule_decays_to_a_tenth():
+    from estimator_mnist.model import _learning_rate
+
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        step = tf.compat.v1.placeholder(tf.int64, [])
+        rate = _learning_rate(ModelConfig(learning_rate=0.002), step, 100)
+        assert session.run(rate, {step: 0}) == pytest.approx(0.002)
+        assert session.run(rate, {step: 100}) == pytest.approx(0.0002)
+        assert 0.0002 < session.run(rate, {step: 50}) < 0.002
+    assert _learning_rate(ModelConfig(learning_rate=0.002, lr_schedule="constant"), None, 100) == 0.002
