@@ -15,8 +15,8 @@ import sys
 from .errors import USAGE_EXIT_CODE, UsageError
 
 SUPPORTED_PYTHON = ((3, 9), (3, 11))
-ERR_PYTHON = ("estimator-mnist needs Python 3.9, 3.10 or 3.11 (TensorFlow 2.15, the last release with "
-              "tf.estimator, has no wheels for Python {version}); run it with python3.11")
+ERR_PYTHON = ("Python {version} is not supported: this needs Python 3.9, 3.10 or 3.11 (TensorFlow 2.15, the last "
+              "release with tf.estimator, has no wheels for Python {version}); run it with python3.11")
 
 
 def check_python(version=sys.version_info) -> None:

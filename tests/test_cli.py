@@ -20,7 +20,7 @@ def run_cli(*args, env=None):
 
 @pytest.mark.parametrize("version", [(3, 12, 1), (3, 13, 0), (3, 8, 18)])
 def test_unsupported_python_is_named(version):
-    with pytest.raises(UsageError, match=rf"needs Python 3.9, 3.10 or 3.11 .*no wheels for Python {version[0]}\.{version[1]}\)"):
+    with pytest.raises(UsageError, match=rf"^Python {version[0]}\.{version[1]} is not supported: this needs Python 3.9, 3.10 or 3.11 .*no wheels for Python {version[0]}\.{version[1]}\)"):
         cli.check_python(version)
 
 
