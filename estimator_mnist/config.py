@@ -169,9 +169,6 @@ class Config:
     model_dir: str = ""
     data_dir: str = ""
 
-    def replace(self, **changes) -> "Config":
-        return dataclasses.replace(self, **changes)
-
 
 SECTIONS = {
     "model": ModelConfig,
@@ -371,7 +368,7 @@ def describe_keys() -> str:
     lines = ["cluster: {chief: [host:port], worker: [host:port, ...], ps: [host:port, ...], evaluator: host}",
              f"strategy: one of {', '.join(STRATEGIES)} (default multi_worker_mirrored)",
              "run_dir: default runs/<yaml name>; model_dir: default <run_dir>/model",
-             f"data_dir: default $ESTIMATOR_MNIST_DATA_DIR or ~/tensorflow_datasets"]
+             "data_dir: default $ESTIMATOR_MNIST_DATA_DIR or ~/tensorflow_datasets"]
     for name, cls in SECTIONS.items():
         lines.append(f"{name}:")
         for f in dataclasses.fields(cls):

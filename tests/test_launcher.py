@@ -2,7 +2,6 @@
 
 import io
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -114,7 +113,6 @@ def test_without_evaluator_the_run_finishes_with_no_accuracy(tmp_path):
 
 
 def test_ctrl_c_stops_every_task(tmp_path):
-    config_path = tmp_path / "cluster.yaml"
     model_dir = tmp_path / "run" / "model"
     driver = textwrap.dedent(f"""
         import sys
