@@ -36,9 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-
 from .errors import UsageError
-
 
 # name -> (idx magic, number of items, sha256 of the .gz as TFDS registers it,
 #          sha256 of the decompressed canonical file)

@@ -34,6 +34,13 @@ def make_config(tmp_path, launcher=None, evaluator=True, ports=(1, 2)):
     }, str(tmp_path / "cluster.yaml"))
 
 
+def mark_data_prepared(config):
+    """What launch checks for, without preparing MNIST."""
+    version_dir = Path(config.data_dir, "mnist", "3.0.1")
+    version_dir.mkdir(parents=True)
+    (version_dir / "dataset_info.json").write_text("{}")
+
+
 def fake_commands(config, behaviours):
     def command_for(task: TaskId):
         return [sys.executable, FAKE, behaviours[str(task)], config.model_dir, str(config.training.max_steps)]
@@ -87,21 +94,20 @@ def test_a_worker_hanging_after_the_chief_finished_is_stopped(tmp_path):
     assert not pids_alive(pids)
 
 
-def test_a_stalled_cluster_is_stopped(tmp_path):
-    config = make_config(tmp_path, launcher={"stall_timeout_secs": 2})
-    code, out, summary, _, pids = run(
-        config, {"chief:0": "silent_forever", "worker:0": "silent_forever", "evaluator:0": "silent_forever"})
+@pytest.mark.parametrize("limits, behaviours, message", [
+    pytest.param({"stall_timeout_secs": 2},
+                 {"chief:0": "silent_forever", "worker:0": "silent_forever", "evaluator:0": "silent_forever"},
+                 "no task made progress for launcher.stall_timeout_secs=2 s", id="stalled-cluster"),
+    pytest.param({"eval_timeout_secs": 2},
+                 {"chief:0": "chief_ok", "worker:0": "worker_ok", "evaluator:0": "evaluator_never_final"},
+                 "the evaluator did not evaluate the final checkpoint within launcher.eval_timeout_secs=2 s",
+                 id="evaluator-never-final"),
+])
+def test_a_run_past_its_deadline_is_stopped(tmp_path, limits, behaviours, message):
+    config = make_config(tmp_path, launcher=limits)
+    code, out, summary, _, pids = run(config, behaviours)
     assert code == 1
-    assert "no task made progress for launcher.stall_timeout_secs=2 s" in out
-    assert not pids_alive(pids)
-
-
-def test_an_evaluator_that_never_evaluates_the_final_checkpoint_fails_the_run(tmp_path):
-    config = make_config(tmp_path, launcher={"eval_timeout_secs": 2})
-    code, out, summary, _, pids = run(
-        config, {"chief:0": "chief_ok", "worker:0": "worker_ok", "evaluator:0": "evaluator_never_final"})
-    assert code == 1
-    assert "the evaluator did not evaluate the final checkpoint within launcher.eval_timeout_secs=2 s" in out
+    assert message in out
     assert not pids_alive(pids)
 
 
@@ -153,9 +159,7 @@ def test_launch_refuses_a_busy_port(tmp_path):
         holder.listen()
         port = holder.getsockname()[1]
         config = make_config(tmp_path, ports=(port, port + 1 if port < 65535 else port - 1))
-        fake_prepared = Path(config.data_dir, "mnist", "3.0.1")
-        fake_prepared.mkdir(parents=True)
-        (fake_prepared / "dataset_info.json").write_text("{}")
+        mark_data_prepared(config)
         with pytest.raises(UsageError, match=rf"port {port} of task chief:0 .* is already in use"):
             L.launch(config, "cluster.yaml")
     assert not Path(config.run_dir, "logs").exists()
@@ -165,9 +169,7 @@ def test_a_finished_run_is_not_trained_again(tmp_path):
     config = make_config(tmp_path)
     code, *_ = run(config, {"chief:0": "chief_ok", "worker:0": "worker_ok", "evaluator:0": "evaluator_ok"})
     assert code == 0
-    fake_prepared = Path(config.data_dir, "mnist", "3.0.1")
-    fake_prepared.mkdir(parents=True)
-    (fake_prepared / "dataset_info.json").write_text("{}")
+    mark_data_prepared(config)
     out = io.StringIO()
     assert L.launch(config, "cluster.yaml", out=out) == 0
     assert "already holds step 100 >= max_steps 100: nothing to do" in out.getvalue()
