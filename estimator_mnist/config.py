@@ -32,9 +32,16 @@ ERR_NO_TRAINER = "{file}: cluster has no chief and no worker; add 'chief: [host:
 ERR_MANY = "{file}: cluster.{role} lists {count} addresses but at most one {role} is allowed; keep one"
 ERR_STRATEGY_ROLES = "{file}: strategy '{strategy}' {problem}; {fix}"
 ERR_EMPTY_LIST = "{file}: {key} is an empty list; list at least one 'host:port' or remove the key"
+ERR_STRATEGY_KEY = "{file}: strategy.{key} applies to strategy {owners} only, not '{strategy}'; remove it or change strategy.name"
+ERR_TASK_SELECTOR = "{file}: tasks.{selector} names no task of this cluster; use 'all', a role ({roles}) or a task ({tasks})"
+ERR_NCCL_NO_GPU = "{file}: {key} is nccl but {who} has no GPU ({why}); use {fix}"
+ERR_R2A = "{file}: strategy.replicas_to_aggregate is {got} but the cluster has only {replicas} training replicas (chief + workers); use at most {replicas}"
+ERR_DEVICE = "{file}: {key} is {got!r}, not a device like '/gpu:0' or '/cpu:0'"
 
 TRAINING_ROLES = ("chief", "worker", "ps")
-STRATEGIES = ("multi_worker_mirrored",)
+STRATEGIES = ("multi_worker_mirrored", "parameter_server", "parameter_server_sync", "mirrored", "one_device")
+COMMUNICATIONS = ("auto", "ring", "nccl")
+CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device")
 NETWORKS = ("classic_cnn", "tutorial_cnn")
 OPTIMIZERS = ("adam", "momentum")
 EXPORTERS = ("latest", "best")
@@ -63,8 +70,37 @@ def _threads(v):
     return "'auto' or a whole number >= 0 (0 lets TensorFlow decide)"
 
 
-def _opt(default, *, check=None, choices=None, kind=None, doc=""):
-    return field(default=default, metadata={"check": check, "choices": choices, "kind": kind, "doc": doc})
+def _gpu_list(v):
+    if v is None:
+        return None
+    if isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v) \
+            and len(set(v)) == len(v):
+        return None
+    return "a list of distinct GPU indices such as [0, 1] ([] hides every GPU)"
+
+
+def _device_list(v):
+    if isinstance(v, list) and v and all(isinstance(d, str) and _DEVICE.match(d) for d in v) and len(set(v)) == len(v):
+        return None
+    return "a list of distinct devices of this machine such as ['/gpu:0', '/gpu:1'] or ['/cpu:0', '/cpu:1']"
+
+
+def _device(v):
+    return None if v == "auto" or (isinstance(v, str) and _DEVICE.match(v)) else "'auto' or a device such as '/gpu:0' or '/cpu:0'"
+
+
+_DEVICE = re.compile(r"^/(?:device:)?(?P<type>cpu|gpu|CPU|GPU):(?P<index>\d+)$")
+
+
+def device_index(device: str):
+    """('cpu'|'gpu', index) of a device string validated by the config."""
+    match = _DEVICE.match(device)
+    return match["type"].lower(), int(match["index"])
+
+
+def _opt(default, *, check=None, choices=None, kind=None, doc="", strategies=None):
+    return field(default=default, metadata={"check": check, "choices": choices, "kind": kind, "doc": doc,
+                                            "strategies": strategies})
 
 
 @dataclass(frozen=True)
@@ -106,6 +142,58 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True)
+class StrategyConfig:
+    """`strategy:` in the YAML: a name, or a mapping with `name` and that strategy's keys."""
+
+    name: str = _opt("multi_worker_mirrored", choices=STRATEGIES,
+                     doc="multi_worker_mirrored: sync all-reduce; parameter_server: async ps; parameter_server_sync: "
+                         "sync ps with backup workers; mirrored: one machine, several devices; one_device: one process")
+    communication: str = _opt("auto", choices=COMMUNICATIONS, strategies=("multi_worker_mirrored",),
+                              doc="all-reduce between workers: ring (gRPC), nccl (GPUs) or auto")
+    collective_timeout_secs: int = _opt(0, check=_non_negative, kind=int, strategies=("multi_worker_mirrored",),
+                                        doc="an all-reduce that waits longer fails with DeadlineExceeded; 0 = no limit")
+    replicas_to_aggregate: Optional[int] = _opt(None, check=_positive, kind=int, strategies=("parameter_server_sync",),
+                                                doc="gradients averaged per step; fewer than the replicas leaves the "
+                                                    "rest as backup workers (default: all replicas)")
+    devices: Optional[Tuple[str, ...]] = _opt(None, check=_device_list, kind="list", strategies=("mirrored",),
+                                              doc="devices to replicate over (default: every GPU, else /cpu:0)")
+    cross_device_ops: str = _opt("auto", choices=CROSS_DEVICE_OPS, strategies=("mirrored",),
+                                 doc="how mirrored replicas combine gradients; auto: nccl on GPUs, "
+                                     "reduction_to_one_device on CPUs")
+    device: str = _opt("auto", check=_device, kind="str", strategies=("one_device",),
+                       doc="the device of one_device (auto: /gpu:0 when there is one, else /cpu:0)")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """Device and session settings of one task: `tasks: {all|ROLE|ROLE:INDEX: {...}}` in the YAML."""
+
+    gpus: Optional[Tuple[int, ...]] = _opt(None, check=_gpu_list, kind="list",
+                                           doc="GPU indices this task may see (sets CUDA_VISIBLE_DEVICES); "
+                                               "[] hides all GPUs; default: inherit the environment")
+    gpu_memory_growth: bool = _opt(False, kind=bool, doc="allocate GPU memory as needed instead of all at once")
+    gpu_memory_fraction: float = _opt(0.0, check=_fraction, kind=float,
+                                      doc="cap on the share of each GPU's memory; 0 = no cap")
+    intra_op_threads: Any = _opt("auto", check=_threads, kind="threads",
+                                 doc="auto: this machine's cores split between its training tasks")
+    inter_op_threads: Any = _opt("auto", check=_threads, kind="threads")
+    step_delay_ms: int = _opt(0, check=_non_negative, kind=int,
+                              doc="sleep after each training step of this task, to rehearse a straggler")
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """Run-wide TensorFlow session settings."""
+
+    log_device_placement: bool = _opt(False, kind=bool, doc="log every op's device in each task's log")
+    operation_timeout_ms: int = _opt(0, check=_non_negative, kind=int,
+                                     doc="an op that waits longer fails with DeadlineExceeded; 0 = no limit")
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     network: str = _opt("classic_cnn", choices=NETWORKS,
                         doc="classic_cnn: conv5x5x32-pool-conv5x5x64-pool-dense500; tutorial_cnn: conv3x3x32-pool-dense64")
@@ -128,8 +216,6 @@ class TrainingConfig:
     session_creation_timeout_secs: int = _opt(300, check=_positive, kind=int)
     teardown_timeout_secs: int = _opt(10, check=_positive, kind=int,
                                       doc="exit when closing the session still blocks this long after the last step")
-    intra_op_threads: Any = _opt("auto", check=_threads, kind="threads")
-    inter_op_threads: Any = _opt("auto", check=_threads, kind="threads")
 
 
 @dataclass(frozen=True)
@@ -160,7 +246,10 @@ class Config:
 
     source: str
     cluster: ClusterConfig
-    strategy: str = "multi_worker_mirrored"
+    strategy: StrategyConfig = StrategyConfig()
+    session: SessionConfig = SessionConfig()
+    # (selector, overrides) pairs from `tasks:`, least specific first; see task_settings().
+    tasks: Tuple[Tuple[str, Tuple[Tuple[str, Any], ...]], ...] = ()
     model: ModelConfig = ModelConfig()
     training: TrainingConfig = TrainingConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
@@ -169,14 +258,23 @@ class Config:
     model_dir: str = ""
     data_dir: str = ""
 
+    def task_settings(self, role: str, index: int) -> TaskSettings:
+        """Defaults, then `tasks.all`, then `tasks.ROLE`, then `tasks.ROLE:INDEX`."""
+        values = {}
+        for selector, overrides in self.tasks:
+            if selector in ("all", role, f"{role}:{index}"):
+                values.update(overrides)
+        return TaskSettings(**values)
+
 
 SECTIONS = {
+    "session": SessionConfig,
     "model": ModelConfig,
     "training": TrainingConfig,
     "evaluation": EvaluationConfig,
     "launcher": LauncherConfig,
 }
-TOP_LEVEL_KEYS = ("cluster", "strategy", *SECTIONS, "run_dir", "model_dir", "data_dir")
+TOP_LEVEL_KEYS = ("cluster", "strategy", "tasks", *SECTIONS, "run_dir", "model_dir", "data_dir")
 CLUSTER_KEYS = ("chief", "worker", "ps", "evaluator")
 
 
@@ -218,19 +316,25 @@ def _coerce(file, key, value, f: dataclasses.Field):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise UsageError(ERR_TYPE.format(file=file, key=key, expected="a number", got=value))
         value = float(value)
+    elif kind is bool:
+        if not isinstance(value, bool):
+            raise UsageError(ERR_TYPE.format(file=file, key=key, expected="true or false", got=value))
     check = meta.get("check")
     problem = check(value) if check else None
     if problem:
         raise UsageError(ERR_RANGE.format(file=file, key=key, bound=problem, got=value))
-    return value
+    return tuple(value) if kind == "list" and value is not None else value
+
+
+def _parse_values(file, mapping, cls, name):
+    """Validated {field: value} of a section mapping; unknown keys are refused."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    _check_keys(file, mapping, list(fields), name)
+    return {k: _coerce(file, f"{name}.{k}", v, fields[k]) for k, v in mapping.items()}
 
 
 def _parse_section(file, raw, cls, name):
-    mapping = _as_mapping(file, raw, name)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    _check_keys(file, mapping, list(fields), name)
-    values = {k: _coerce(file, f"{name}.{k}", v, fields[k]) for k, v in mapping.items()}
-    return cls(**values)
+    return cls(**_parse_values(file, _as_mapping(file, raw, name), cls, name))
 
 
 _ADDRESS = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9_.-]+)):(?P<port>\d+)$")
@@ -293,11 +397,103 @@ def _parse_cluster(file, raw) -> ClusterConfig:
     return ClusterConfig(evaluator=evaluator, **roles)
 
 
-def _check_strategy_roles(file, strategy, cluster: ClusterConfig):
-    if strategy == "multi_worker_mirrored" and cluster.ps:
-        raise UsageError(ERR_STRATEGY_ROLES.format(
-            file=file, strategy=strategy, problem="does not use parameter servers but cluster.ps is set",
-            fix="remove cluster.ps (variables are mirrored on every worker)"))
+def _parse_strategy(file, raw) -> StrategyConfig:
+    if raw is None:
+        return StrategyConfig()
+    if isinstance(raw, str):
+        raw = {"name": raw}
+    mapping = _as_mapping(file, raw, "strategy")
+    if "name" not in mapping:
+        raise UsageError(ERR_MISSING_KEY.format(file=file, key="strategy.name", hint=f"one of {', '.join(STRATEGIES)}"))
+    fields = {f.name: f for f in dataclasses.fields(StrategyConfig)}
+    name = _coerce(file, "strategy.name", mapping["name"], fields["name"])
+    values = _parse_values(file, mapping, StrategyConfig, "strategy")
+    for key in mapping:
+        owners = fields[key].metadata.get("strategies")
+        if owners and name not in owners:
+            raise UsageError(ERR_STRATEGY_KEY.format(file=file, key=key, owners=" or ".join(owners), strategy=name))
+    return StrategyConfig(**values)
+
+
+def _roles_error(file, strategy, problem, fix):
+    return UsageError(ERR_STRATEGY_ROLES.format(file=file, strategy=strategy, problem=problem, fix=fix))
+
+
+def _check_strategy_roles(file, strategy: StrategyConfig, cluster: ClusterConfig):
+    """Each strategy's roles: the ones it needs are required and the others refused."""
+    name = strategy.name
+    if name == "multi_worker_mirrored" and cluster.ps:
+        raise _roles_error(file, name, "does not use parameter servers but cluster.ps is set",
+                           "remove cluster.ps (variables are mirrored on every worker), or use strategy parameter_server")
+    if name in ("parameter_server", "parameter_server_sync") and not cluster.ps:
+        raise _roles_error(file, name, "keeps the variables on parameter servers but cluster.ps is empty",
+                           "add cluster.ps: ['host:port']")
+    if name == "parameter_server_sync" and not cluster.chief:
+        raise _roles_error(file, name, "needs a chief (Estimator's own ps replication requires one; it trains too)",
+                           "move one address from cluster.worker to cluster.chief")
+    if name in ("mirrored", "one_device"):
+        if cluster.ps or cluster.worker:
+            extra = "cluster.ps" if cluster.ps else "cluster.worker"
+            raise _roles_error(file, name, f"runs one training process on one machine but {extra} is set",
+                               "keep only cluster.chief (and the evaluator), or use multi_worker_mirrored "
+                               "for several machines")
+        if not cluster.chief:
+            raise _roles_error(file, name, "runs its one training process as the chief but cluster.chief is empty",
+                               "put its address under cluster.chief")
+    if name == "parameter_server_sync" and strategy.replicas_to_aggregate is not None \
+            and strategy.replicas_to_aggregate > cluster.num_workers:
+        raise UsageError(ERR_R2A.format(file=file, got=strategy.replicas_to_aggregate, replicas=cluster.num_workers))
+
+
+def _task_selectors(cluster: ClusterConfig):
+    tasks = [f"{role}:{index}" for role, index, _ in cluster.task_hosts()]
+    roles = sorted({t.split(":")[0] for t in tasks})
+    return roles, tasks
+
+
+def _parse_tasks(file, raw, cluster: ClusterConfig):
+    mapping = _as_mapping(file, raw, "tasks")
+    roles, tasks = _task_selectors(cluster)
+    parsed = []
+    for selector, overrides in mapping.items():
+        if selector != "all" and selector not in roles and selector not in tasks:
+            raise UsageError(ERR_TASK_SELECTOR.format(file=file, selector=selector, roles=", ".join(roles),
+                                                      tasks=", ".join(tasks)))
+        key = f"tasks.{selector}"
+        values = _parse_values(file, _as_mapping(file, overrides, key), TaskSettings, key)
+        parsed.append((selector, tuple(values.items())))
+    specificity = {"all": 0, **{r: 1 for r in roles}, **{t: 2 for t in tasks}}
+    return tuple(sorted(parsed, key=lambda item: specificity[item[0]]))
+
+
+def _check_devices(config: "Config"):
+    """Refusals that follow from the devices a task is given, when the YAML tells them."""
+    file, strategy, cluster = config.source, config.strategy, config.cluster
+    trainers = [(role, index) for role, index, _ in cluster.training_tasks() if role != "ps"]
+    if strategy.name == "multi_worker_mirrored" and strategy.communication == "nccl":
+        for role, index in trainers:
+            if config.task_settings(role, index).gpus == ():
+                raise UsageError(ERR_NCCL_NO_GPU.format(file=file, key="strategy.communication", who=f"task {role}:{index}",
+                                                        why="its gpus is []", fix="communication: ring or auto"))
+    if strategy.name not in ("mirrored", "one_device"):
+        return
+    gpus = config.task_settings("chief", 0).gpus
+    devices = strategy.devices or ()
+    if strategy.name == "one_device" and strategy.device != "auto":
+        devices = (strategy.device,)
+    kinds = [device_index(d) for d in devices]
+    if strategy.name == "mirrored" and strategy.cross_device_ops == "nccl" and devices \
+            and all(kind == "cpu" for kind, _ in kinds):
+        raise UsageError(ERR_NCCL_NO_GPU.format(file=file, key="strategy.cross_device_ops", who="strategy.devices",
+                                                why="only CPU devices are listed",
+                                                fix="cross_device_ops: auto or reduction_to_one_device"))
+    key = "strategy.devices" if strategy.name == "mirrored" else "strategy.device"
+    for (kind, index), device in zip(kinds, devices):
+        if kind == "gpu" and gpus is not None and index >= len(gpus):
+            raise UsageError(ERR_RANGE.format(
+                file=file, key=key, got=device,
+                bound=f"a GPU the chief can see: its gpus {list(gpus)} leave /gpu:0 to /gpu:{len(gpus) - 1}"
+                if gpus else "a CPU device, because the chief's gpus is [] (no GPU visible)"))
 
 
 def _resolve_path(value, file, key, default):
@@ -316,10 +512,9 @@ def config_from_dict(data, source: str) -> Config:
     data = _as_mapping(file, data, "the top level")
     _check_keys(file, data, TOP_LEVEL_KEYS, "the top level")
     cluster = _parse_cluster(file, data.get("cluster"))
-    strategy = data.get("strategy", "multi_worker_mirrored")
-    if strategy not in STRATEGIES:
-        raise UsageError(ERR_CHOICE.format(file=file, key="strategy", choices=", ".join(STRATEGIES), got=strategy))
+    strategy = _parse_strategy(file, data.get("strategy"))
     _check_strategy_roles(file, strategy, cluster)
+    tasks = _parse_tasks(file, data.get("tasks"), cluster)
     sections = {name: _parse_section(file, data.get(name), cls, name) for name, cls in SECTIONS.items()}
     training = sections["training"]
     if training.save_checkpoints_steps > training.max_steps:
@@ -330,8 +525,10 @@ def config_from_dict(data, source: str) -> Config:
     run_dir = _resolve_path(data.get("run_dir"), file, "run_dir", os.path.join("runs", stem))
     model_dir = _resolve_path(data.get("model_dir"), file, "model_dir", os.path.join(run_dir, "model"))
     data_dir = _resolve_path(data.get("data_dir"), file, "data_dir", default_data_dir())
-    return Config(source=source, cluster=cluster, strategy=strategy, run_dir=run_dir,
-                     model_dir=model_dir, data_dir=data_dir, **sections)
+    config = Config(source=source, cluster=cluster, strategy=strategy, tasks=tasks, run_dir=run_dir,
+                    model_dir=model_dir, data_dir=data_dir, **sections)
+    _check_devices(config)
+    return config
 
 
 def read_yaml(path) -> dict:
@@ -363,16 +560,25 @@ def load_config(path, **overrides) -> Config:
     return config_from_dict(data, str(path))
 
 
+def _describe_fields(cls, indent="  "):
+    lines = []
+    for f in dataclasses.fields(cls):
+        extra = f" one of {', '.join(f.metadata['choices'])}" if f.metadata.get("choices") else ""
+        owners = f" [{', '.join(f.metadata['strategies'])} only]" if f.metadata.get("strategies") else ""
+        doc = f"  # {f.metadata['doc']}" if f.metadata.get("doc") else ""
+        lines.append(f"{indent}{f.name}: {f.default!r}{extra}{owners}{doc}")
+    return lines
+
+
 def describe_keys() -> str:
     """Every valid key with its default, for `estimator-mnist keys`."""
     lines = ["cluster: {chief: [host:port], worker: [host:port, ...], ps: [host:port, ...], evaluator: host}",
-             f"strategy: one of {', '.join(STRATEGIES)} (default multi_worker_mirrored)",
+             "strategy: a name, or a mapping:", *_describe_fields(StrategyConfig),
+             "tasks: settings per task, keyed by all, a role (worker) or a task (worker:1); the most specific wins:",
+             *_describe_fields(TaskSettings, indent="  all: "),
              "run_dir: default runs/<yaml name>; model_dir: default <run_dir>/model",
              "data_dir: default $ESTIMATOR_MNIST_DATA_DIR or ~/tensorflow_datasets"]
     for name, cls in SECTIONS.items():
         lines.append(f"{name}:")
-        for f in dataclasses.fields(cls):
-            extra = f" one of {', '.join(f.metadata['choices'])}" if f.metadata.get("choices") else ""
-            doc = f"  # {f.metadata['doc']}" if f.metadata.get("doc") else ""
-            lines.append(f"  {f.name}: {f.default!r}{extra}{doc}")
+        lines.extend(_describe_fields(cls))
     return "\n".join(lines)

@@ -181,18 +181,26 @@ class Launcher:
         return [sys.executable, "-m", "estimator_mnist", "train", "--cluster", self.cluster_file,
                 "--task", str(task), "--model-dir", c.model_dir, "--data-dir", c.data_dir, "--run-dir", c.run_dir]
 
-    def _environment(self) -> dict:
+    def environment(self, task: TaskId) -> dict:
         env = dict(os.environ)
         env.pop("TF_CONFIG", None)  # each task builds its own from the YAML
         env["PYTHONUNBUFFERED"] = "1"
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+        if self.config.session.log_device_placement:
+            env["TF_CPP_MIN_LOG_LEVEL"] = "0"  # the placement lines are INFO-level C++ logs
+        else:
+            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+        gpus = self.config.task_settings(task.type, task.index).gpus
+        if gpus is not None:
+            # "-1" rather than "": an invalid index hides every GPU after it on
+            # every CUDA version, while an empty value has been read as "unset".
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus)) if gpus else "-1"
         return env
 
     def start(self, task: TaskId) -> TaskProcess:
         log_path = self.log_dir / f"{task.type}-{task.index}.log"
         with open(log_path, "ab") as log:
             popen = subprocess.Popen(self.command_for(task), stdin=subprocess.DEVNULL, stdout=log,
-                                     stderr=subprocess.STDOUT, env=self._environment(),
+                                     stderr=subprocess.STDOUT, env=self.environment(task),
                                      start_new_session=True, preexec_fn=_die_with_parent)
         process = TaskProcess(task=task, popen=popen, log_path=log_path, started=time.time())
         self.processes[task] = process
@@ -340,7 +348,7 @@ class Launcher:
             "status": status,
             "error": error,
             "cluster_file": self.cluster_file,
-            "strategy": self.config.strategy,
+            "strategy": self.config.strategy.name,
             "max_steps": self.config.training.max_steps,
             "global_step": checkpoints.latest_step(self.config.model_dir),
             "accuracy": final["accuracy"] if final else None,

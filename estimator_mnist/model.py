@@ -1,8 +1,8 @@
 """The CNN and the Estimator `model_fn` for every mode.
 
 Hyperparameters arrive in `params["config"]` (the frozen ModelConfig) and
-`params["batch_size_per_replica"]` and `params["max_steps"]`; nothing is read
-from module globals.
+`params["batch_size_per_replica"]`, `params["max_steps"]` and
+`params["sync_replicas"]`; nothing is read from module globals.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def global_batch_loss(labels, logits, global_batch_size):
         reduction=tf.compat.v1.losses.Reduction.SUM, loss_collection=None)
 
 
-def model_fn(features, labels, mode, params):
+def model_fn(features, labels, mode, params, config=None):
     model_config = params["config"]
     images = features[IMAGE_KEY] if isinstance(features, dict) else features
     network = build_network(model_config.network)
@@ -101,6 +101,18 @@ def model_fn(features, labels, mode, params):
     global_step = tf.compat.v1.train.get_or_create_global_step()
     learning_rate = _learning_rate(model_config, global_step, params["max_steps"])
     tf.compat.v1.summary.scalar("learning_rate", learning_rate)
-    train_op = _optimizer(model_config, learning_rate).minimize(
-        loss, global_step=global_step, var_list=network.trainable_variables)
-    return tf.estimator.EstimatorSpec(mode=mode, loss=loss, train_op=train_op)
+    optimizer = _optimizer(model_config, learning_rate)
+    hooks = []
+    sync = params.get("sync_replicas")
+    if sync:
+        replicas_to_aggregate, total_replicas = sync
+        # Each step applies the mean of the first `replicas_to_aggregate`
+        # gradients computed from the current weights; gradients that arrive
+        # later are stale and dropped, so the slowest workers are backups
+        # instead of holding every step back. Without a strategy the loss is
+        # this replica's own mean, which is what the aggregation averages.
+        optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
+            optimizer, replicas_to_aggregate=replicas_to_aggregate, total_num_replicas=total_replicas)
+        hooks.append(optimizer.make_session_run_hook(is_chief=config is None or config.is_chief))
+    train_op = optimizer.minimize(loss, global_step=global_step, var_list=network.trainable_variables)
+    return tf.estimator.EstimatorSpec(mode=mode, loss=loss, train_op=train_op, training_hooks=hooks)

@@ -21,9 +21,10 @@ from .cluster import TaskId, chief_task
 from .config import Config
 from .data import input_fn, serving_input_receiver_fn
 from .model import model_fn
-from .strategy import build_train_strategy, session_config, thread_settings
+from .strategy import build_train_strategy, configure_devices, session_config, sync_replicas, thread_settings
 
 EVAL_RESULTS_FILE = checkpoints.EVAL_RESULTS_FILE
+IN_GRAPH_STRATEGIES = ("mirrored", "one_device")
 
 
 def _log(message: str) -> None:
@@ -74,36 +75,82 @@ class RecordingExporter(tf.estimator.Exporter):
         return exported
 
 
-class TeardownWatchdogHook(tf.compat.v1.train.SessionRunHook):
-    """Ends the process if closing the training session stalls after training finished.
+def _exit_now(message: str) -> None:
+    _log(message)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
-    Under MultiWorkerMirrored, GrpcSession::Close on the chief and the workers
-    was seen waiting 60-90 s on peers that had already finished (py-spy shows
-    LocalMaster::CloseSession in WaitForNotification). Training is over by then
-    and the chief's final checkpoint is on disk, so after `timeout_secs` the
-    task logs why and exits 0 instead of making the whole run wait.
+
+class TeardownWatchdogHook(tf.compat.v1.train.SessionRunHook):
+    """Ends the process when training is over but TensorFlow keeps it waiting on peers.
+
+    Seen in practice, all after the final checkpoint was on disk:
+    - under MultiWorkerMirrored, GrpcSession::Close on the chief and the
+      workers waited 60-90 s on peers that had already finished (py-spy:
+      LocalMaster::CloseSession in WaitForNotification);
+    - a worker stayed blocked in a step after the chief finished: with
+      SyncReplicasOptimizer its next token never comes, because the chief's
+      queue runner that hands them out has stopped.
+    So the chief, after its own final save, and every other trainer, once the
+    chief's final checkpoint (step >= max_steps) exists, get `timeout_secs`
+    to exit by themselves; then the task says why and exits 0.
     """
 
-    def __init__(self, model_dir: str, is_chief: bool, timeout_secs: int):
+    def __init__(self, model_dir: str, is_chief: bool, timeout_secs: int, max_steps: int):
         self._model_dir = model_dir
         self._is_chief = is_chief
         self._timeout_secs = timeout_secs
+        self._max_steps = max_steps
+
+    def begin(self):
+        if not self._is_chief:
+            threading.Thread(target=self._watch, args=(self._max_steps,), name="teardown-watchdog", daemon=True).start()
 
     def end(self, session):
-        final_step = int(session.run(tf.compat.v1.train.get_global_step()))
-        threading.Thread(target=self._watch, args=(final_step,), name="teardown-watchdog", daemon=True).start()
+        if self._is_chief:
+            final_step = int(session.run(tf.compat.v1.train.get_global_step()))
+            threading.Thread(target=self._watch, args=(final_step,), name="teardown-watchdog", daemon=True).start()
 
     def _watch(self, final_step: int) -> None:
-        # The chief's own final save may still be running in another hook's end().
-        while self._is_chief and (checkpoints.latest_step(self._model_dir) or -1) < final_step:
+        while (checkpoints.latest_step(self._model_dir) or -1) < final_step:
             time.sleep(0.5)
         time.sleep(self._timeout_secs)
-        _log(f"training ended at step {final_step} but closing the session is still blocked after "
-             f"{self._timeout_secs} s (TensorFlow waits on peers that already left); exiting")
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        _exit_now(f"training ended at step {checkpoints.latest_step(self._model_dir)} but this task is still "
+                  f"waiting on its peers {self._timeout_secs} s later (TensorFlow waits on tasks that already "
+                  f"left); exiting")
+
+
+class StepCountHook(tf.compat.v1.train.SessionRunHook):
+    """Counts this task's own training steps and logs them with the global step at the end.
+
+    The two numbers tell the strategies apart: asynchronous ps training
+    advances the global step once per worker step, synchronous training once
+    per aggregated update.
+    """
+
+    def __init__(self, task: TaskId, delay_secs: float = 0.0):
+        self._task = task
+        self._delay_secs = delay_secs
+        self.local_steps = 0
+
+    def after_run(self, run_context, run_values):
+        self.local_steps += 1
+        if self._delay_secs:
+            time.sleep(self._delay_secs)  # tasks.<task>.step_delay_ms: a straggler on purpose
+
+    def end(self, session):
+        global_step = int(session.run(tf.compat.v1.train.get_global_step()))
+        _log(f"task {self._task} ran {self.local_steps} local steps; global_step {global_step}")
+
+
+class VariablePlacementHook(tf.compat.v1.train.SessionRunHook):
+    """Logs where each variable lives, in the task's log, with log_device_placement."""
+
+    def begin(self):
+        for variable in tf.compat.v1.global_variables():
+            _log(f"variable {variable.op.name} placed on {variable.device or '(default device)'}")
 
 
 def _exporter(config: Config, stop_after_final: bool = False) -> tf.estimator.Exporter:
@@ -133,7 +180,7 @@ def build_estimator(config: Config, task: TaskId, strategy=None) -> tf.estimator
         tf_random_seed=training.seed,
     )
     params = {"config": config.model, "batch_size_per_replica": training.batch_size_per_replica,
-              "max_steps": training.max_steps}
+              "max_steps": training.max_steps, "sync_replicas": sync_replicas(config)}
     return tf.estimator.Estimator(model_fn=model_fn, config=run_config, params=params)
 
 
@@ -164,11 +211,62 @@ def _configure_logging(task: TaskId) -> None:
 
 def _describe(config: Config, task: TaskId, strategy) -> str:
     intra, inter = thread_settings(config, task)
-    devices = ", ".join(d.name for d in tf.config.list_physical_devices()) or "none"
+    settings = config.task_settings(task.type, task.index)
+    devices = ", ".join(d.name for d in tf.config.list_logical_devices()) or "none"
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
-    return (f"task {task} strategy={config.strategy if strategy is not None else 'none (evaluator)'} "
-            f"replicas_in_sync={replicas} devices=[{devices}] intra_op_threads={intra} "
-            f"inter_op_threads={inter} model_dir={config.model_dir} pid={os.getpid()}")
+    if task.is_evaluator:
+        name = "none (evaluator)"
+    elif strategy is None:
+        r2a, total = sync_replicas(config)
+        name = f"{config.strategy.name} (replicas_to_aggregate={r2a} of {total})"
+    else:
+        name = f"{config.strategy.name} ({type(strategy).__name__})"
+        if config.strategy.name == "multi_worker_mirrored":
+            timeout = config.strategy.collective_timeout_secs or "none"
+            name += f" communication={config.strategy.communication} collective_timeout_secs={timeout}"
+    cuda = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return (f"task {task} role={task.type} strategy={name} replicas_in_sync={replicas} devices=[{devices}] "
+            f"CUDA_VISIBLE_DEVICES={'(unset)' if cuda is None else repr(cuda)} "
+            f"gpu_memory_growth={settings.gpu_memory_growth} gpu_memory_fraction={settings.gpu_memory_fraction} "
+            f"intra_op_threads={intra} inter_op_threads={inter} "
+            f"log_device_placement={config.session.log_device_placement} "
+            f"operation_timeout_ms={config.session.operation_timeout_ms or 'none'} "
+            f"model_dir={config.model_dir} pid={os.getpid()}")
+
+
+READY_POLL_SECS = 1.0
+
+
+def poll_for_ready_model_quickly() -> None:
+    """Non-chief trainers wait for the chief to initialise the variables, polling every 30 s.
+
+    Estimator gives no way to change that interval (SessionManager's
+    recovery_wait_secs), and on a short run a ps worker then joins only after
+    the chief has finished. One-second polls cost nothing.
+    """
+    from tensorflow.python.training import session_manager  # pylint: disable=import-outside-toplevel
+
+    original = session_manager.SessionManager.__init__
+    if getattr(original, "_polls_quickly", False):
+        return
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self._recovery_wait_secs = min(self._recovery_wait_secs, READY_POLL_SECS)  # pylint: disable=protected-access
+
+    init._polls_quickly = True
+    session_manager.SessionManager.__init__ = init
+
+
+def training_hooks(config: Config, task: TaskId):
+    settings = config.task_settings(task.type, task.index)
+    hooks = [StepCountHook(task, settings.step_delay_ms / 1000.0),
+             TeardownWatchdogHook(config.model_dir, is_chief=task == chief_task(config.cluster),
+                                  timeout_secs=config.training.teardown_timeout_secs,
+                                  max_steps=config.training.max_steps)]
+    if config.session.log_device_placement:
+        hooks.append(VariablePlacementHook())
+    return hooks
 
 
 def run_task(config: Config, tf_config: dict) -> int:
@@ -181,20 +279,32 @@ def run_task(config: Config, tf_config: dict) -> int:
              f"{config.training.max_steps}; nothing to train. Raise training.max_steps to continue.")
         return 0
     os.makedirs(config.model_dir, exist_ok=True)
-    os.environ["TF_CONFIG"] = json.dumps(tf_config)
+    in_graph = config.strategy.name in IN_GRAPH_STRATEGIES and not task.is_evaluator
+    if in_graph:
+        # In-graph replication runs in one process without a TF server: with a
+        # cluster in TF_CONFIG, Estimator would place the input pipeline on
+        # /job:localhost while the session only has /job:chief devices.
+        os.environ.pop("TF_CONFIG", None)
+    else:
+        os.environ["TF_CONFIG"] = json.dumps(tf_config)
     _configure_logging(task)
     if task.is_evaluator and config.evaluation.nice:
         os.nice(config.evaluation.nice)
+    configure_devices(config, task)
     strategy = build_train_strategy(config, task)
     _log(_describe(config, task, strategy))
     estimator = build_estimator(config, task, strategy)
-    hooks = []
-    if strategy is not None:
-        hooks.append(TeardownWatchdogHook(config.model_dir, is_chief=task == chief_task(config.cluster),
-                                          timeout_secs=config.training.teardown_timeout_secs))
+    hooks = [] if task.is_evaluator else training_hooks(config, task)
+    if not task.is_evaluator:
+        poll_for_ready_model_quickly()
     train_spec, eval_spec = train_and_eval_specs(config, hooks=hooks, stop_after_final_export=task.is_evaluator)
     try:
-        tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+        if in_graph and config.cluster.evaluator is not None:
+            # The evaluator process scores the checkpoints; evaluating here too
+            # would pause training at every checkpoint.
+            estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
+        else:
+            tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
     except FinalEvaluationDone:
         pass
     _log(f"task {task} finished")
