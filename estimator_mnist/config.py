@@ -60,6 +60,10 @@ def _fraction(v):
     return None if 0 <= v < 1 else "in [0, 1)"
 
 
+def _share(v):
+    return None if 0 <= v <= 1 else "between 0 and 1"
+
+
 def _nice(v):
     return None if 0 <= v <= 19 else "between 0 and 19"
 
@@ -175,7 +179,7 @@ class TaskSettings:
                                            doc="GPU indices this task may see (sets CUDA_VISIBLE_DEVICES); "
                                                "[] hides all GPUs; default: inherit the environment")
     gpu_memory_growth: bool = _opt(False, kind=bool, doc="allocate GPU memory as needed instead of all at once")
-    gpu_memory_fraction: float = _opt(0.0, check=_fraction, kind=float,
+    gpu_memory_fraction: float = _opt(0.0, check=_share, kind=float,
                                       doc="cap on the share of each GPU's memory; 0 = no cap")
     intra_op_threads: Any = _opt("auto", check=_threads, kind="threads",
                                  doc="auto: this machine's cores split between its training tasks")
@@ -437,9 +441,6 @@ def _check_strategy_roles(file, strategy: StrategyConfig, cluster: ClusterConfig
             raise _roles_error(file, name, f"runs one training process on one machine but {extra} is set",
                                "keep only cluster.chief (and the evaluator), or use multi_worker_mirrored "
                                "for several machines")
-        if not cluster.chief:
-            raise _roles_error(file, name, "runs its one training process as the chief but cluster.chief is empty",
-                               "put its address under cluster.chief")
     if name == "parameter_server_sync" and strategy.replicas_to_aggregate is not None \
             and strategy.replicas_to_aggregate > cluster.num_workers:
         raise UsageError(ERR_R2A.format(file=file, got=strategy.replicas_to_aggregate, replicas=cluster.num_workers))
@@ -492,7 +493,8 @@ def _check_devices(config: "Config"):
         if kind == "gpu" and gpus is not None and index >= len(gpus):
             raise UsageError(ERR_RANGE.format(
                 file=file, key=key, got=device,
-                bound=f"a GPU the chief can see: its gpus {list(gpus)} leave /gpu:0 to /gpu:{len(gpus) - 1}"
+                bound=f"one of the {len(gpus)} GPU(s) the chief sees, /gpu:0 to /gpu:{len(gpus) - 1} "
+                      f"(tasks.chief.gpus is {list(gpus)}; indices count from 0 after masking)"
                 if gpus else "a CPU device, because the chief's gpus is [] (no GPU visible)"))
 
 

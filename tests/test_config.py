@@ -15,7 +15,7 @@ BAD = Path(__file__).parent / "bad_configs"
 
 # file -> regex its one-line message must match (file name and key are always named).
 EXPECTED = {
-    "unknown_top_key.yaml": r"unknown key 'trainig' in the top level; valid keys are: cluster, strategy, model, training",
+    "unknown_top_key.yaml": r"unknown key 'trainig' in the top level; valid keys are: cluster, strategy, tasks, session, model, training",
     "unknown_section_key.yaml": r"unknown key 'max_step' in training; valid keys are: .*max_steps",
     "wrong_type_steps.yaml": r"training\.max_steps must be a whole number, got 'many'",
     "bool_as_int.yaml": r"training\.batch_size_per_replica must be a whole number, got True",
@@ -26,7 +26,7 @@ EXPECTED = {
     "no_chief_no_worker.yaml": r"cluster has no chief and no worker",
     "two_chiefs.yaml": r"cluster\.chief lists 2 addresses but at most one chief is allowed",
     "two_evaluators.yaml": r"cluster\.evaluator lists 2 addresses but at most one evaluator is allowed",
-    "unknown_strategy.yaml": r"strategy must be one of multi_worker_mirrored, got 'mirrored_everywhere'",
+    "unknown_strategy.yaml": r"strategy\.name must be one of multi_worker_mirrored, parameter_server, parameter_server_sync, mirrored, one_device, got 'mirrored_everywhere'",
     "mwms_with_ps.yaml": r"strategy 'multi_worker_mirrored' does not use parameter servers but cluster\.ps is set; remove cluster\.ps",
     "negative_batch.yaml": r"training\.batch_size_per_replica must be a positive number, got -8",
     "zero_steps.yaml": r"training\.max_steps must be a positive number, got 0",
@@ -38,7 +38,25 @@ EXPECTED = {
     "learning_rate_negative.yaml": r"model\.learning_rate must be a positive number, got -0\.1",
     "checkpoint_after_end.yaml": r"training\.save_checkpoints_steps must be at most training\.max_steps \(100\), got 500",
     "empty_worker_list.yaml": r"cluster\.worker is an empty list",
-    "bad_threads.yaml": r"training\.intra_op_threads must be 'auto' or a whole number",
+    "bad_threads.yaml": r"tasks\.all\.intra_op_threads must be 'auto' or a whole number",
+    "wrong_strategy_key.yaml": r"strategy\.replicas_to_aggregate applies to strategy parameter_server_sync only, not 'multi_worker_mirrored'; remove it",
+    "strategy_without_name.yaml": r"missing required key 'strategy\.name'; add it \(one of multi_worker_mirrored, ",
+    "unknown_strategy_key.yaml": r"unknown key 'comunication' in strategy; valid keys are: name, communication, ",
+    "ps_without_ps.yaml": r"strategy 'parameter_server' keeps the variables on parameter servers but cluster\.ps is empty; add cluster\.ps",
+    "ps_sync_without_chief.yaml": r"strategy 'parameter_server_sync' needs a chief .*; move one address from cluster\.worker to cluster\.chief",
+    "replicas_to_aggregate_too_large.yaml": r"strategy\.replicas_to_aggregate is 3 but the cluster has only 2 training replicas .*; use at most 2",
+    "mirrored_two_machines.yaml": r"strategy 'mirrored' runs one training process on one machine but cluster\.worker is set; keep only cluster\.chief",
+    "mirrored_without_chief.yaml": r"strategy 'mirrored' runs one training process on one machine but cluster\.worker is set",
+    "one_device_with_ps.yaml": r"strategy 'one_device' runs one training process on one machine but cluster\.ps is set",
+    "nccl_on_cpu_task.yaml": r"strategy\.communication is nccl but task worker:0 has no GPU \(its gpus is \[\]\); use communication: ring or auto",
+    "mirrored_nccl_on_cpus.yaml": r"strategy\.cross_device_ops is nccl but strategy\.devices has no GPU .*; use cross_device_ops: auto",
+    "mirrored_gpu_not_visible.yaml": r"strategy\.devices must be one of the 1 GPU\(s\) the chief sees, /gpu:0 to /gpu:0 .*got '/gpu:1'",
+    "bad_device.yaml": r"strategy\.devices must be a list of distinct devices .*got \['/tpu:0'\]",
+    "repeated_gpu.yaml": r"tasks\.worker:0\.gpus must be a list of distinct GPU indices .*got \[0, 0\]",
+    "unknown_task_selector.yaml": r"tasks\.worker:3 names no task of this cluster; use 'all', a role \(chief, worker\) or a task \(chief:0, worker:0\)",
+    "unknown_task_key.yaml": r"unknown key 'gpu' in tasks\.all; valid keys are: gpus, gpu_memory_growth",
+    "placement_not_bool.yaml": r"session\.log_device_placement must be true or false, got 'yes'",
+    "memory_fraction_too_big.yaml": r"tasks\.chief\.gpu_memory_fraction must be between 0 and 1, got 1\.5",
 }
 
 
@@ -67,7 +85,8 @@ def test_defaults_and_paths(write_yaml, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ESTIMATOR_MNIST_DATA_DIR", raising=False)
     config = load_config(write_yaml("cluster: {chief: ['localhost:2222'], worker: ['127.0.0.1:2223']}\n", "mine.yaml"))
-    assert config.strategy == "multi_worker_mirrored"
+    assert config.strategy == C.StrategyConfig(name="multi_worker_mirrored")
+    assert config.task_settings("worker", 0) == C.TaskSettings()
     assert config.cluster.chief == (C.Address("localhost", 2222),)
     assert config.cluster.num_workers == 2
     assert config.cluster.evaluator is None
@@ -91,15 +110,26 @@ cluster:
   worker: ["localhost:2222", "[::1]:2223"]
   evaluator: "localhost:9999"
 model: {network: tutorial_cnn, optimizer: momentum, learning_rate: 1, momentum: 0.5}
-training: {batch_size_per_replica: 32, max_steps: 10, save_checkpoints_steps: 5, intra_op_threads: 3}
+training: {batch_size_per_replica: 32, max_steps: 10, save_checkpoints_steps: 5}
 evaluation: {throttle_secs: 0, export: best}
+tasks:
+  worker:1: {intra_op_threads: 3, gpus: [1], gpu_memory_fraction: 0.5}
+  all: {inter_op_threads: 4, gpu_memory_growth: true}
+  worker: {intra_op_threads: 2, gpus: []}
+session: {log_device_placement: true, operation_timeout_ms: 5000}
 """))
     assert config.cluster.worker[1] == C.Address("::1", 2223)
     assert str(config.cluster.worker[1]) == "[::1]:2223"
     assert config.cluster.evaluator == "localhost"
     assert config.model.learning_rate == 1.0 and isinstance(config.model.learning_rate, float)
     assert config.model.network == "tutorial_cnn"
-    assert config.training.intra_op_threads == 3
+    # The most specific selector wins, whatever the order in the file.
+    assert config.task_settings("worker", 1) == C.TaskSettings(
+        gpus=(1,), gpu_memory_growth=True, gpu_memory_fraction=0.5, intra_op_threads=3, inter_op_threads=4)
+    assert config.task_settings("worker", 0) == C.TaskSettings(
+        gpus=(), gpu_memory_growth=True, intra_op_threads=2, inter_op_threads=4)
+    assert config.task_settings("evaluator", 0) == C.TaskSettings(gpu_memory_growth=True, inter_op_threads=4)
+    assert config.session == C.SessionConfig(log_device_placement=True, operation_timeout_ms=5000)
     assert config.evaluation.export == "best"
 
 

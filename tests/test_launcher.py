@@ -180,3 +180,25 @@ def test_describe_exit():
     assert L.describe_exit(0) == "exit code 0"
     assert L.describe_exit(-9) == "killed by SIGKILL"
     assert L.describe_exit(None) == "still running"
+
+
+def test_each_task_gets_its_gpu_mask_and_log_level(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    monkeypatch.setenv("TF_CONFIG", "{}")
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    config = config_from_dict({
+        "cluster": {"chief": ["localhost:1"], "worker": ["localhost:2", "localhost:3"], "evaluator": "localhost"},
+        "tasks": {"worker": {"gpus": [2, 3]}, "worker:1": {"gpus": [1]}, "evaluator": {"gpus": []}},
+        "session": {"log_device_placement": True},
+    }, "cluster.yaml")
+    launcher = L.Launcher(config, "cluster.yaml")
+    env = {str(t): launcher.environment(t) for t in
+           (TaskId("chief", 0), TaskId("worker", 0), TaskId("worker", 1), TaskId("evaluator", 0))}
+    assert env["chief:0"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"  # no gpus: inherited
+    assert env["worker:0"]["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert env["worker:1"]["CUDA_VISIBLE_DEVICES"] == "1"
+    assert env["evaluator:0"]["CUDA_VISIBLE_DEVICES"] == "-1"  # [] hides every GPU
+    assert all(e["TF_CPP_MIN_LOG_LEVEL"] == "0" for e in env.values())  # placement lines are INFO logs
+    assert all("TF_CONFIG" not in e for e in env.values())
+    quiet = L.Launcher(config_from_dict({"cluster": {"chief": ["localhost:1"]}}, "c.yaml"), "c.yaml")
+    assert quiet.environment(TaskId("chief", 0))["TF_CPP_MIN_LOG_LEVEL"] == "1"

@@ -165,8 +165,13 @@ def test_recording_exporter_appends_each_evaluation(tmp_path):
     assert records[-1]["final"] is True and records[-1]["export"] == "/exports/123"
 
 
-def test_teardown_watchdog_exits_only_after_the_final_checkpoint(tmp_path):
-    """A stalled session close ends the task (exit 0), but never before the final checkpoint exists."""
+@pytest.mark.parametrize("is_chief", [True, False])
+def test_teardown_watchdog_exits_only_after_the_final_checkpoint(tmp_path, is_chief):
+    """A task stuck after training ends (exit 0), but never before the final checkpoint exists.
+
+    The chief starts watching when its session ends; the other trainers from
+    the start, since they may stay blocked inside a step (SyncReplicas tokens).
+    """
     import subprocess
     import sys
     import textwrap
@@ -178,8 +183,11 @@ def test_teardown_watchdog_exits_only_after_the_final_checkpoint(tmp_path):
         sys.path.insert(0, {str(REPO)!r})
         from estimator_mnist.runner import TeardownWatchdogHook
         model_dir = {str(tmp_path)!r}
-        hook = TeardownWatchdogHook(model_dir, is_chief=True, timeout_secs=1)
-        threading.Thread(target=hook._watch, args=(5,), daemon=True).start()
+        hook = TeardownWatchdogHook(model_dir, is_chief={is_chief}, timeout_secs=1, max_steps=5)
+        if {is_chief}:
+            threading.Thread(target=hook._watch, args=(5,), daemon=True).start()  # what end() does
+        else:
+            hook.begin()
         time.sleep(3)
         print("checkpoint written", flush=True)
         open(model_dir + "/model.ckpt-5.index", "w").close()
@@ -191,7 +199,7 @@ def test_teardown_watchdog_exits_only_after_the_final_checkpoint(tmp_path):
     assert result.returncode == 0
     assert "checkpoint written" in result.stdout
     assert "session close never returned" not in result.stdout
-    assert "training ended at step 5 but closing the session is still blocked after 1 s" in result.stderr
+    assert "training ended at step 5 but this task is still waiting on its peers 1 s later" in result.stderr
 
 
 def test_evaluator_stops_right_after_the_final_export(tmp_path):
