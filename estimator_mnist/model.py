@@ -69,6 +69,31 @@ def global_batch_loss(labels, logits, global_batch_size):
         reduction=tf.compat.v1.losses.Reduction.SUM, loss_collection=None)
 
 
+class ReleaseSyncTokensHook(tf.compat.v1.train.SessionRunHook):
+    """Hands out spare step tokens when this replica stops, so no other replica stays blocked.
+
+    With SyncReplicasOptimizer a replica waits for a token after each step,
+    and tokens only come from the next aggregated update. Once the global step
+    passes max_steps the replicas that already stopped send no more gradients,
+    so a replica that began one more step (the chief was seen doing this)
+    would wait for ever. The spare tokens let it finish that step, see that
+    training is over and stop.
+    """
+
+    def __init__(self, optimizer, total_replicas: int):
+        queue = optimizer.get_chief_queue_runner().queue
+        global_step = tf.compat.v1.train.get_global_step()
+        with tf.control_dependencies(None), tf.compat.v1.device(global_step.device):
+            self._release = queue.enqueue_many(
+                (tf.fill([total_replicas], tf.identity(global_step)),), name="release_sync_tokens")
+
+    def end(self, session):
+        try:
+            session.run(self._release)
+        except tf.errors.OpError:
+            pass  # the ps tasks are already gone: nobody is left waiting on them
+
+
 def model_fn(features, labels, mode, params, config=None):
     model_config = params["config"]
     images = features[IMAGE_KEY] if isinstance(features, dict) else features
@@ -115,4 +140,6 @@ def model_fn(features, labels, mode, params, config=None):
             optimizer, replicas_to_aggregate=replicas_to_aggregate, total_num_replicas=total_replicas)
         hooks.append(optimizer.make_session_run_hook(is_chief=config is None or config.is_chief))
     train_op = optimizer.minimize(loss, global_step=global_step, var_list=network.trainable_variables)
+    if sync:
+        hooks.append(ReleaseSyncTokensHook(optimizer, total_replicas))
     return tf.estimator.EstimatorSpec(mode=mode, loss=loss, train_op=train_op, training_hooks=hooks)

@@ -17,7 +17,7 @@ import time
 import tensorflow as tf
 
 from . import checkpoints
-from .cluster import TaskId, chief_task
+from .cluster import TaskId
 from .config import Config
 from .data import input_fn, serving_input_receiver_fn
 from .model import model_fn
@@ -84,42 +84,46 @@ def _exit_now(message: str) -> None:
 
 
 class TeardownWatchdogHook(tf.compat.v1.train.SessionRunHook):
-    """Ends the process when training is over but TensorFlow keeps it waiting on peers.
+    """Ends a trainer that is still running after training is over because TensorFlow waits on peers.
 
-    Seen in practice, all after the final checkpoint was on disk:
+    Seen in practice, all after the chief's final checkpoint was on disk:
     - under MultiWorkerMirrored, GrpcSession::Close on the chief and the
       workers waited 60-90 s on peers that had already finished (py-spy:
       LocalMaster::CloseSession in WaitForNotification);
-    - a worker stayed blocked in a step after the chief finished: with
-      SyncReplicasOptimizer its next token never comes, because the chief's
-      queue runner that hands them out has stopped.
-    So the chief, after its own final save, and every other trainer, once the
-    chief's final checkpoint (step >= max_steps) exists, get `timeout_secs`
-    to exit by themselves; then the task says why and exits 0.
+    - a worker stayed blocked after the chief finished;
+    - with SyncReplicasOptimizer a replica waited for a step token that no
+      stopped peer would ever send.
+    - with in-graph MirroredStrategy on one machine, closing the session
+      blocked for minutes after the final checkpoint (py-spy:
+      BaseSession.close), with no peer at all.
+    So every trainer watches model_dir from the start. Once its work is on
+    disk it has `timeout_secs` to exit by itself, then it says why and exits
+    0. Its work is the checkpoint at or past max_steps (the evaluator does the
+    rest), or, for a process that evaluates itself, the final evaluation and
+    export: nothing is lost.
     """
 
-    def __init__(self, model_dir: str, is_chief: bool, timeout_secs: int, max_steps: int):
+    def __init__(self, model_dir: str, timeout_secs: int, max_steps: int, wait_for_final_evaluation: bool = False):
         self._model_dir = model_dir
-        self._is_chief = is_chief
         self._timeout_secs = timeout_secs
         self._max_steps = max_steps
+        self._wait_for_final_evaluation = wait_for_final_evaluation
 
     def begin(self):
-        if not self._is_chief:
-            threading.Thread(target=self._watch, args=(self._max_steps,), name="teardown-watchdog", daemon=True).start()
+        threading.Thread(target=self._watch, name="teardown-watchdog", daemon=True).start()
 
-    def end(self, session):
-        if self._is_chief:
-            final_step = int(session.run(tf.compat.v1.train.get_global_step()))
-            threading.Thread(target=self._watch, args=(final_step,), name="teardown-watchdog", daemon=True).start()
+    def _work_is_saved(self) -> bool:
+        if self._wait_for_final_evaluation:
+            return any(r["global_step"] >= self._max_steps for r in checkpoints.read_eval_results(self._model_dir))
+        return (checkpoints.latest_step(self._model_dir) or -1) >= self._max_steps
 
-    def _watch(self, final_step: int) -> None:
-        while (checkpoints.latest_step(self._model_dir) or -1) < final_step:
+    def _watch(self) -> None:
+        while not self._work_is_saved():
             time.sleep(0.5)
         time.sleep(self._timeout_secs)
-        _exit_now(f"training ended at step {checkpoints.latest_step(self._model_dir)} but this task is still "
-                  f"waiting on its peers {self._timeout_secs} s later (TensorFlow waits on tasks that already "
-                  f"left); exiting")
+        _exit_now(f"training ended at step {checkpoints.latest_step(self._model_dir)} and its results are saved, "
+                  f"but this task is still blocked {self._timeout_secs} s later (TensorFlow waiting on peers that "
+                  f"left, or closing its session); exiting")
 
 
 class StepCountHook(tf.compat.v1.train.SessionRunHook):
@@ -260,13 +264,11 @@ def poll_for_ready_model_quickly() -> None:
 
 def training_hooks(config: Config, task: TaskId):
     settings = config.task_settings(task.type, task.index)
-    hooks = [StepCountHook(task, settings.step_delay_ms / 1000.0),
-             TeardownWatchdogHook(config.model_dir, is_chief=task == chief_task(config.cluster),
-                                  timeout_secs=config.training.teardown_timeout_secs,
-                                  max_steps=config.training.max_steps)]
-    if config.session.log_device_placement:
-        hooks.append(VariablePlacementHook())
-    return hooks
+    evaluates_itself = config.strategy.name in IN_GRAPH_STRATEGIES and config.cluster.evaluator is None
+    return [StepCountHook(task, settings.step_delay_ms / 1000.0),
+            TeardownWatchdogHook(config.model_dir, timeout_secs=config.training.teardown_timeout_secs,
+                                 max_steps=config.training.max_steps, wait_for_final_evaluation=evaluates_itself),
+            *([VariablePlacementHook()] if config.session.log_device_placement else [])]
 
 
 def run_task(config: Config, tf_config: dict) -> int:

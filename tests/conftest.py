@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +28,35 @@ def free_ports(count: int):
         for s in sockets:
             s.close()
     return ports
+
+
+def start_launch(path):
+    return subprocess.Popen([sys.executable, "-m", "estimator_mnist", "launch", "--cluster", str(path)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def write_cluster(tmp_path, template: str, port_count: int, **fields) -> Path:
+    """Writes `template` with fresh loopback ports p0..pN, run_dir and data_dir filled in."""
+    ports = {f"p{i}": port for i, port in enumerate(free_ports(port_count))}
+    path = tmp_path / "cluster.yaml"
+    path.write_text(template.format(run_dir=tmp_path / "run", **ports, **fields), encoding="utf-8")
+    return path
+
+
+def launch_cluster(tmp_path, template: str, port_count: int, attempts: int = 3, **fields):
+    """Runs `launch` to completion: (exit code, output, run summary or None).
+
+    New free ports are chosen when one was taken between choosing and binding.
+    """
+    for _ in range(attempts):
+        proc = start_launch(write_cluster(tmp_path, template, port_count, **fields))
+        out, _ = proc.communicate(timeout=900)
+        if proc.returncode == 2 and "already in use" in out:
+            continue
+        summary_path = tmp_path / "run" / "run_summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+        return proc.returncode, out, summary
+    pytest.fail(f"no free ports after {attempts} attempts: {out}")
 
 
 @pytest.fixture(scope="session")

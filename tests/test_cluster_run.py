@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, descendants, free_ports, pids_alive
+from conftest import descendants, launch_cluster, pids_alive, start_launch, write_cluster
 
 pytestmark = pytest.mark.cluster
 
@@ -19,7 +19,7 @@ CLUSTER_YAML = """
 cluster:
   worker: ["localhost:{p0}", "localhost:{p1}"]
   evaluator: localhost
-strategy: multi_worker_mirrored
+strategy: {{name: multi_worker_mirrored, communication: ring, collective_timeout_secs: 300}}
 training: {{batch_size_per_replica: 64, max_steps: {steps}, save_checkpoints_steps: {save}, log_step_count_steps: 10}}
 evaluation: {{throttle_secs: 0, start_delay_secs: 0}}
 launcher: {{grace_secs: 5, stall_timeout_secs: 300}}
@@ -28,39 +28,14 @@ data_dir: {data_dir}
 """
 
 
-def write_cluster(tmp_path, data_dir, steps, save):
-    p0, p1 = free_ports(2)
-    path = tmp_path / "two_workers.yaml"
-    path.write_text(CLUSTER_YAML.format(p0=p0, p1=p1, steps=steps, save=save, run_dir=tmp_path / "run", data_dir=data_dir))
-    return path
-
-
-def start_launch(path):
-    return subprocess.Popen([sys.executable, "-m", "estimator_mnist", "launch", "--cluster", str(path)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def launch_with_port_retry(tmp_path, data_dir, steps, save, attempts=3):
-    """Runs a launch to completion; new free ports if one was taken meanwhile."""
-    for _ in range(attempts):
-        path = write_cluster(tmp_path, data_dir, steps, save)
-        proc = start_launch(path)
-        out, _ = proc.communicate(timeout=900)
-        if proc.returncode == 2 and "already in use" in out:
-            continue
-        return proc.returncode, out, proc.pid
-    pytest.fail(f"no free ports after {attempts} attempts: {out}")
-
-
 def test_two_workers_train_evaluate_and_export(tmp_path, mnist_data_dir):
-    code, out, launcher_pid = launch_with_port_retry(tmp_path, mnist_data_dir, steps=60, save=30)
+    code, out, summary = launch_cluster(tmp_path, CLUSTER_YAML, 2, steps=60, save=30, data_dir=mnist_data_dir)
     assert code == 0, out
     last = out.strip().splitlines()[-1]
     match = re.fullmatch(r"finished: accuracy=(?P<acc>[\d.]+) global_step=60 export=(?P<export>\S+)", last)
     assert match, out
     assert float(match["acc"]) > 0.5  # chance is 0.1
 
-    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
     assert summary["status"] == "finished" and summary["global_step"] == 60
     assert {t for t in summary["tasks"]} == {"worker:0", "worker:1", "evaluator:0"}
     assert summary["tasks"]["worker:0"]["exit"] == 0 and summary["tasks"]["evaluator:0"]["exit"] == 0
@@ -73,6 +48,7 @@ def test_two_workers_train_evaluate_and_export(tmp_path, mnist_data_dir):
     for task in ("worker-0", "worker-1"):
         log = (Path(summary["log_dir"]) / f"{task}.log").read_text()
         assert "replicas_in_sync=2" in log and "loss = " in log
+        assert "communication=ring collective_timeout_secs=300" in log
 
     import tensorflow as tf
     from estimator_mnist.data import load_split
@@ -85,7 +61,7 @@ def test_two_workers_train_evaluate_and_export(tmp_path, mnist_data_dir):
 
 def test_killing_a_worker_stops_the_whole_run(tmp_path, mnist_data_dir):
     for _ in range(3):
-        path = write_cluster(tmp_path, mnist_data_dir, steps=100000, save=1000)
+        path = write_cluster(tmp_path, CLUSTER_YAML, 2, steps=100000, save=1000, data_dir=mnist_data_dir)
         proc = start_launch(path)
         deadline = time.time() + 300
         worker = None

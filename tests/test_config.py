@@ -139,15 +139,16 @@ def test_overrides_replace_paths(write_yaml, tmp_path):
 
 
 def test_shipped_configs_are_valid():
-    for path in sorted((REPO / "config").glob("*.yaml")):
-        load_config(path)
+    paths = sorted((REPO / "config").glob("*.yaml")) + sorted((REPO / "docs" / "examples").glob("*.yaml"))
+    strategies = {load_config(path).strategy.name for path in paths}
+    assert strategies == set(C.STRATEGIES)  # one ready example per strategy
 
 
 def test_describe_keys_lists_every_section_key():
     text = C.describe_keys()
-    for cls in C.SECTIONS.values():
+    for cls in (*C.SECTIONS.values(), C.StrategyConfig, C.TaskSettings):
         for name in cls.__dataclass_fields__:
-            assert f"  {name}:" in text
+            assert f" {name}: " in text
 
 
 def test_config_parsing_imports_no_tensorflow():

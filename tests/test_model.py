@@ -165,41 +165,42 @@ def test_recording_exporter_appends_each_evaluation(tmp_path):
     assert records[-1]["final"] is True and records[-1]["export"] == "/exports/123"
 
 
-@pytest.mark.parametrize("is_chief", [True, False])
-def test_teardown_watchdog_exits_only_after_the_final_checkpoint(tmp_path, is_chief):
-    """A task stuck after training ends (exit 0), but never before the final checkpoint exists.
+WRITE_FINAL_CHECKPOINT = """
+open(model_dir + "/model.ckpt-5.index", "w").close()
+open(model_dir + "/checkpoint", "w").write('model_checkpoint_path: "model.ckpt-5"')
+"""
+WRITE_FINAL_EVALUATION = """
+import json
+open(model_dir + "/eval_results.jsonl", "a").write(json.dumps({"global_step": 5, "accuracy": 0.9}) + "\\n")
+"""
 
-    The chief starts watching when its session ends; the other trainers from
-    the start, since they may stay blocked inside a step (SyncReplicas tokens).
-    """
+
+@pytest.mark.parametrize("evaluates_itself", [False, True])
+def test_teardown_watchdog_exits_only_once_the_work_is_saved(tmp_path, evaluates_itself):
+    """A trainer stuck after training ends (exit 0), but never before its final checkpoint,
+    or its final evaluation when it evaluates itself, is on disk."""
     import subprocess
     import sys
     import textwrap
 
     from conftest import REPO
 
+    steps = [WRITE_FINAL_EVALUATION] if evaluates_itself else [WRITE_FINAL_CHECKPOINT]
+    if evaluates_itself:
+        steps.insert(0, WRITE_FINAL_CHECKPOINT)  # the checkpoint alone is not enough
     code = textwrap.dedent(f"""
-        import sys, threading, time
+        import sys, time
         sys.path.insert(0, {str(REPO)!r})
         from estimator_mnist.runner import TeardownWatchdogHook
         model_dir = {str(tmp_path)!r}
-        hook = TeardownWatchdogHook(model_dir, is_chief={is_chief}, timeout_secs=1, max_steps=5)
-        if {is_chief}:
-            threading.Thread(target=hook._watch, args=(5,), daemon=True).start()  # what end() does
-        else:
-            hook.begin()
-        time.sleep(3)
-        print("checkpoint written", flush=True)
-        open(model_dir + "/model.ckpt-5.index", "w").close()
-        open(model_dir + "/checkpoint", "w").write('model_checkpoint_path: "model.ckpt-5"')
-        time.sleep(60)
-        print("session close never returned", flush=True)
-    """)
+        TeardownWatchdogHook(model_dir, timeout_secs=1, max_steps=5, wait_for_final_evaluation={evaluates_itself}).begin()
+    """) + "".join(f"time.sleep(3)\nprint('step {i} written', flush=True)\n{step}" for i, step in enumerate(steps)) + \
+        "time.sleep(60)\nprint('session close never returned', flush=True)\n"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0
-    assert "checkpoint written" in result.stdout
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert all(f"step {i} written" in result.stdout for i in range(len(steps)))
     assert "session close never returned" not in result.stdout
-    assert "training ended at step 5 but this task is still waiting on its peers 1 s later" in result.stderr
+    assert "training ended at step 5 and its results are saved, but this task is still blocked 1 s later" in result.stderr
 
 
 def test_evaluator_stops_right_after_the_final_export(tmp_path):
