@@ -1,10 +1,7 @@
 """Real multi-process clusters on loopback, started through the same launcher as run_local.sh."""
 
-import json
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 

@@ -67,16 +67,17 @@ def local_steps(summary, task: str) -> int:
     return int(match["local"])
 
 
-def assert_clean_finish(code, out, summary, steps):
+def assert_clean_finish(code, out, summary, steps, overshoot=0):
+    """`overshoot`: asynchronous workers each finish the step they are in after max_steps."""
     assert code == 0, out
-    assert summary["status"] == "finished" and summary["global_step"] == steps, out
+    assert summary["status"] == "finished" and steps <= summary["global_step"] <= steps + overshoot, out
     assert not pids_alive([t["pid"] for t in summary["tasks"].values()])
 
 
 def test_parameter_server_async(tmp_path, mnist_data_dir):
     steps = 150
     code, out, summary = launch_cluster(tmp_path, PS_ASYNC, 3, steps=steps, data_dir=mnist_data_dir)
-    assert_clean_finish(code, out, summary, steps)
+    assert_clean_finish(code, out, summary, steps, overshoot=1)
     # ps tasks never exit by themselves: the launcher stopped it once training was done.
     assert summary["tasks"]["ps:0"]["stopped_by_launcher"] is True
     assert "stopped ps:0 (parameter servers never exit by themselves)" in out
