@@ -45,6 +45,8 @@ CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_devic
 NETWORKS = ("classic_cnn", "tutorial_cnn")
 OPTIMIZERS = ("adam", "momentum")
 EXPORTERS = ("latest", "best")
+RESTART_POLICIES = ("never", "on_failure")
+NETWORK_MODES = ("auto", "private", "host")
 LR_SCHEDULES = ("cosine", "constant")
 
 
@@ -240,8 +242,21 @@ class LauncherConfig:
                                     doc="how long other tasks may take to exit once the chief finished")
     eval_timeout_secs: int = _opt(600, check=_positive, kind=int,
                                   doc="how long the evaluator may take to evaluate the final checkpoint")
-    stall_timeout_secs: int = _opt(600, check=_positive, kind=int,
-                                   doc="stop the run when no task reports progress for this long")
+    stall_timeout_secs: int = _opt(300, check=_positive, kind=int,
+                                   doc="count the run as failed when no task reports progress for this long")
+    network: str = _opt("auto", choices=NETWORK_MODES,
+                        doc="private: run the tasks in a network namespace of their own, loopback only, so no "
+                            "other machine or namespace reaches their unauthenticated ports; auto: private when "
+                            "every task is on loopback and the system allows it; host: the machine's network")
+
+
+@dataclass(frozen=True)
+class RestartConfig:
+    policy: str = _opt("never", choices=RESTART_POLICIES,
+                       doc="on_failure: when a training task dies or the run stalls, stop the group and start it "
+                           "again from the latest checkpoint")
+    max_restarts: int = _opt(3, check=_non_negative, kind=int, doc="give up after this many restarts")
+    backoff_secs: int = _opt(5, check=_non_negative, kind=int, doc="pause before each restart")
 
 
 @dataclass(frozen=True)
@@ -258,6 +273,7 @@ class Config:
     training: TrainingConfig = TrainingConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     launcher: LauncherConfig = LauncherConfig()
+    restart: RestartConfig = RestartConfig()
     run_dir: str = ""
     model_dir: str = ""
     data_dir: str = ""
@@ -277,6 +293,7 @@ SECTIONS = {
     "training": TrainingConfig,
     "evaluation": EvaluationConfig,
     "launcher": LauncherConfig,
+    "restart": RestartConfig,
 }
 TOP_LEVEL_KEYS = ("cluster", "strategy", "tasks", *SECTIONS, "run_dir", "model_dir", "data_dir")
 CLUSTER_KEYS = ("chief", "worker", "ps", "evaluator")

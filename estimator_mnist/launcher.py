@@ -31,12 +31,16 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from . import checkpoints
-from .cluster import TaskId, check_local, check_ports_free, chief_task, cluster_tasks
+from .cluster import TaskId, check_local, check_ports_free, chief_task, cluster_tasks, port_in_use
 from .config import Config
 from .errors import UsageError
+from . import netns
 
 POLL_SECS = 0.5
 PROGRESS_EVERY_SECS = 10.0
+PORT_RELEASE_SECS = 60
+# Files and directories the run creates: nobody else may replace a checkpoint.
+PRIVATE_UMASK = 0o027
 ERR_NOT_PREPARED = ("MNIST is not prepared in {data_dir}; run 'estimator-mnist prepare-data --data-dir {data_dir}' "
                     "first (run_local.sh does it for you)")
 
@@ -148,9 +152,35 @@ class RunFailed(Exception):
     pass
 
 
+class TaskFailure(RunFailed):
+    """A failure that starting the tasks again can repair: a task died, or the run stalled."""
+
+    def __init__(self, message: str, task: Optional[TaskId], reason: str):
+        super().__init__(message)
+        self.task = task
+        self.reason = reason
+
+
+def _process_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
+
+
+def _die_with_parent_and_keep_files_private() -> None:
+    _die_with_parent()
+    os.umask(PRIVATE_UMASK)
+
+
 class Launcher:
-    def __init__(self, config: Config, cluster_file: str, quiet: bool = False, out=None, command_for=None):
+    def __init__(self, config: Config, cluster_file: str, quiet: bool = False, out=None, command_for=None,
+                 network=None, network_line: Optional[str] = None):
         self.config = config
+        self.network = network  # a PrivateNetwork the tasks join, or None for the machine's network
+        self.network_line = network_line
+        self.restarts: List[dict] = []
+        self.all_processes: List[TaskProcess] = []
         # Tests swap in stand-in tasks; the supervision logic is the same.
         self.command_for = command_for or self._command
         self.cluster_file = cluster_file
@@ -196,14 +226,24 @@ class Launcher:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus)) if gpus else "-1"
         return env
 
+    def _preexec(self) -> None:
+        """Runs in each task between fork and exec."""
+        _die_with_parent_and_keep_files_private()
+        if self.network is not None:
+            self.network.join()
+
     def start(self, task: TaskId) -> TaskProcess:
         log_path = self.log_dir / f"{task.type}-{task.index}.log"
-        with open(log_path, "ab") as log:
+        # A restarted task appends to the same log; progress is read from here on.
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+        with os.fdopen(fd, "ab") as log:
             popen = subprocess.Popen(self.command_for(task), stdin=subprocess.DEVNULL, stdout=log,
                                      stderr=subprocess.STDOUT, env=self.environment(task),
-                                     start_new_session=True, preexec_fn=_die_with_parent)
-        process = TaskProcess(task=task, popen=popen, log_path=log_path, started=time.time())
+                                     start_new_session=True, preexec_fn=self._preexec)
+        process = TaskProcess(task=task, popen=popen, log_path=log_path, started=time.time(), log_offset=offset)
         self.processes[task] = process
+        self.all_processes.append(process)
         return process
 
     def stop(self, processes: List[TaskProcess], reason: str) -> None:
@@ -279,7 +319,7 @@ class Launcher:
         eval_text = f", last evaluation: step {ev['global_step']} accuracy {ev['accuracy']:.4f}" if ev else ""
         self.say(f"{self._elapsed()} step {pr.step}/{self.config.training.max_steps}, loss {pr.loss:.4f}{rate}{eval_text}")
 
-    def _final_evaluation(self) -> Optional[dict]:
+    def final_evaluation(self) -> Optional[dict]:
         for record in reversed(self.progress.evaluations or checkpoints.read_eval_results(self.config.model_dir)):
             if record["global_step"] >= self.config.training.max_steps:
                 return record
@@ -302,7 +342,8 @@ class Launcher:
                     if after_training:
                         self.notes.append(f"{p.task} exited with {describe_exit(p.exit_code)} after training had finished")
                         continue
-                    raise RunFailed(f"task {p.task} failed ({describe_exit(p.exit_code)}); its log: {p.log_path}")
+                    raise TaskFailure(f"task {p.task} failed ({describe_exit(p.exit_code)}); its log: {p.log_path}",
+                                      p.task, describe_exit(p.exit_code))
                 self.say(f"{self._elapsed()} {p.task} exited ({describe_exit(p.exit_code)})")
                 if p.task == self.chief and ok:
                     self._on_training_done(now)
@@ -316,16 +357,20 @@ class Launcher:
                 evaluator = self.processes.get(TaskId("evaluator", 0))
                 if evaluator is None or not evaluator.running:
                     if not any(p.running for p in self.processes.values()):
-                        if has_evaluator and self._final_evaluation() is None:
-                            raise RunFailed("the evaluator exited without evaluating the final checkpoint; "
-                                            f"its log: {evaluator.log_path}")
+                        if has_evaluator and self.final_evaluation() is None:
+                            raise TaskFailure("the evaluator exited without evaluating the final checkpoint; "
+                                              f"its log: {evaluator.log_path}", evaluator.task,
+                                              "exited before the final evaluation")
                         return
                 elif now - self.training_done_time > cfg.eval_timeout_secs:
                     raise RunFailed(f"the evaluator did not evaluate the final checkpoint within "
                                     f"launcher.eval_timeout_secs={cfg.eval_timeout_secs} s; its log: {evaluator.log_path}")
             elif now - self.progress.last_change > cfg.stall_timeout_secs:
-                raise RunFailed(f"no task made progress for launcher.stall_timeout_secs={cfg.stall_timeout_secs} s "
-                                f"(last step: {self.progress.step}); logs in {self.log_dir}")
+                stopped = [str(p.task) for p in self.processes.values() if p.running and _process_state(p.popen.pid) == "T"]
+                culprit = f"; stopped by a signal: {', '.join(stopped)}" if stopped else ""
+                raise TaskFailure(f"no task made progress for launcher.stall_timeout_secs={cfg.stall_timeout_secs} s "
+                                  f"(last step: {self.progress.step}{culprit}); logs in {self.log_dir}",
+                                  None, f"stalled for {cfg.stall_timeout_secs} s{culprit}")
             self._print_progress(now)
             time.sleep(POLL_SECS)
 
@@ -339,9 +384,69 @@ class Launcher:
         ps = [p for p in self.processes.values() if p.task.type == "ps"]
         self.stop(ps, "parameter servers never exit by themselves")
 
+    # --- restarts -------------------------------------------------------------------------------
+    def _restart(self, failure: TaskFailure) -> None:
+        """Stops what failed (the whole training group: MultiWorkerMirrored cannot go on with a
+        member missing) and starts it again; Estimator resumes from the latest checkpoint."""
+        policy = self.config.restart
+        if policy.policy != "on_failure" or len(self.restarts) >= policy.max_restarts:
+            if policy.policy == "on_failure":
+                raise RunFailed(f"{failure}; gave up after {len(self.restarts)} restarts "
+                                f"(restart.max_restarts={policy.max_restarts})")
+            raise failure
+        now = time.time()
+        if failure.task is not None and failure.task.is_evaluator:
+            group = [self.processes[failure.task]]  # training goes on; only the evaluator starts again
+        else:
+            group = [p for p in self.processes.values() if not p.task.is_evaluator]
+        step_at_failure = self.progress.step
+        self.stop(group, f"restarting after: {failure.task or 'the run'} {failure.reason}")
+        restored = checkpoints.latest_step(self.config.model_dir)
+        evaluator_only = failure.task is not None and failure.task.is_evaluator
+        redo = (step_at_failure - (restored or 0)) if step_at_failure is not None and not evaluator_only else 0
+        record = {
+            "number": len(self.restarts) + 1,
+            "time": now,
+            "seconds_since_launch": now - self.launch_time,
+            "failed_task": str(failure.task) if failure.task else None,
+            "reason": failure.reason,
+            "error": str(failure),
+            "step_at_failure": step_at_failure,
+            "restored_checkpoint_step": restored,
+            "steps_redone": max(0, redo),
+            "restarted_tasks": [str(p.task) for p in group],
+        }
+        self.restarts.append(record)
+        self.say(f"{self._elapsed()} restart {record['number']}/{policy.max_restarts}: "
+                 f"{record['failed_task'] or 'the run'} {failure.reason} at step {step_at_failure}; starting "
+                 f"{', '.join(record['restarted_tasks'])} again from checkpoint {restored} "
+                 f"({record['steps_redone']} steps to redo)", always=True)
+        self._wait_for_ports([p.task for p in group])
+        time.sleep(policy.backoff_secs)
+        if not evaluator_only:
+            self.training_done_time = None
+            self.progress.step = restored
+        for p in group:
+            self.start(p.task)
+        self.progress.last_change = time.time()
+
+    def _wait_for_ports(self, tasks: List[TaskId]) -> None:
+        """A restarted task must be able to listen on its port again."""
+        if self.network is not None:
+            return  # the stopped tasks' sockets died with them, inside the private namespace
+        ports = [a.port for r, i, a in self.config.cluster.training_tasks() if TaskId(r, i) in tasks]
+        deadline = time.time() + PORT_RELEASE_SECS
+        busy = [port for port in ports if port_in_use(port)]
+        while busy and time.time() < deadline:
+            time.sleep(0.5)
+            busy = [port for port in ports if port_in_use(port)]
+        if busy:
+            raise RunFailed(f"ports {busy} were still in use {PORT_RELEASE_SECS} s after the tasks that held them "
+                            "were stopped; cannot restart")
+
     # --- summary --------------------------------------------------------------------------------
     def summary(self, status: str, error: Optional[str]) -> dict:
-        final = self._final_evaluation()
+        final = self.final_evaluation()
         end = time.time()
         pr = self.progress
         return {
@@ -362,6 +467,10 @@ class Launcher:
             "seconds_to_training_done": (self.training_done_time - self.launch_time) if self.training_done_time else None,
             "seconds_to_exit": end - self.launch_time,
             "notes": self.notes,
+            "restart_policy": self.config.restart.policy,
+            "restarts": self.restarts,
+            "network": self.network_line,
+            "all_pids": [p.popen.pid for p in self.all_processes],
             "tasks": {
                 str(t): {"pid": p.popen.pid, "log": str(p.log_path), "exit": p.exit_code,
                          "exit_reason": describe_exit(p.exit_code), "stopped_by_launcher": p.stopped_by_launcher,
@@ -378,13 +487,25 @@ class Launcher:
         return path
 
     # --- the whole run --------------------------------------------------------------------------
+    def _make_private_dirs(self) -> None:
+        for path in (Path(self.config.run_dir), self.log_dir, Path(self.config.model_dir)):
+            existed = path.exists()
+            path.mkdir(mode=0o750, parents=True, exist_ok=True)
+            mode = path.stat().st_mode & 0o777
+            if not existed:
+                path.chmod(0o750)
+            elif mode & 0o022:
+                self.say(f"warning: {path} is writable by other users (mode {mode:o}); they could replace "
+                         f"checkpoints or logs: chmod go-w {path}", always=True)
+
     def run(self) -> int:
         config = self.config
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        Path(config.model_dir).mkdir(parents=True, exist_ok=True)
+        self._make_private_dirs()
         tasks = cluster_tasks(config.cluster)
         self.say(f"launching {len(tasks)} tasks from {self.cluster_file}: {', '.join(map(str, tasks))}", always=True)
         self.say(f"logs: {self.log_dir}/<task>.log   model_dir: {config.model_dir}", always=True)
+        if self.network_line:
+            self.say(self.network_line, always=True)
         previous = {}
 
         def on_signal(signum, _frame):
@@ -396,7 +517,12 @@ class Launcher:
         try:
             for task in tasks:
                 self.start(task)
-            self.supervise()
+            while True:
+                try:
+                    self.supervise()
+                    break
+                except TaskFailure as failure:
+                    self._restart(failure)
             status, code = "finished", 0
         except RunFailed as exc:
             error = str(exc)
@@ -405,6 +531,8 @@ class Launcher:
             code = 130
         finally:
             self.stop_all("run over" if code == 0 else "stopping the run")
+            if self.network is not None:
+                self.network.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         summary = self.summary(status, error)
@@ -444,7 +572,7 @@ def launch(config: Config, cluster_file: str, quiet: bool = False, out=None, com
     launcher = Launcher(config, cluster_file, quiet=quiet, out=out, command_for=command_for)
     step = checkpoints.latest_step(config.model_dir)
     if step is not None and step >= config.training.max_steps:
-        final = launcher._final_evaluation()
+        final = launcher.final_evaluation()
         if final is not None or config.cluster.evaluator is None:
             launcher.say(f"model_dir {config.model_dir} already holds step {step} >= max_steps "
                          f"{config.training.max_steps}: nothing to do. Raise training.max_steps to train on.", always=True)
@@ -452,5 +580,8 @@ def launch(config: Config, cluster_file: str, quiet: bool = False, out=None, com
             launcher.write_summary(summary)
             launcher.say(final_line(summary), always=True)
             return 0
-    check_ports_free(config.cluster, cluster_file)
+    network, line = netns.choose_network(config, cluster_file)
+    if network is None:
+        check_ports_free(config.cluster, cluster_file)  # a private namespace has every port free
+    launcher.network, launcher.network_line = network, line
     return launcher.run()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -30,9 +31,30 @@ def free_ports(count: int):
     return ports
 
 
+_STARTED_LAUNCHES = []
+
+
 def start_launch(path):
-    return subprocess.Popen([sys.executable, "-m", "estimator_mnist", "launch", "--cluster", str(path)],
+    proc = subprocess.Popen([sys.executable, "-m", "estimator_mnist", "launch", "--cluster", str(path)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _STARTED_LAUNCHES.append(proc)
+    return proc
+
+
+@pytest.fixture(autouse=True)
+def no_launch_outlives_its_test():
+    """A test that fails half-way must not leave its cluster running: Ctrl-C the launcher, which stops
+    its tasks, and SIGKILL it if that takes too long."""
+    yield
+    while _STARTED_LAUNCHES:
+        proc = _STARTED_LAUNCHES.pop()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
 
 
 def write_cluster(tmp_path, template: str, port_count: int, **fields) -> Path:

@@ -1,6 +1,9 @@
 """A stand-in for `estimator-mnist train`, to test the launcher's supervision without TensorFlow.
 
-usage: fake_task.py BEHAVIOUR MODEL_DIR MAX_STEPS
+usage: fake_task.py BEHAVIOUR MODEL_DIR MAX_STEPS [PORT]
+
+Behaviours ending in _once act up on their first start only (a marker file in
+MODEL_DIR remembers it) and then behave like the role's *_ok behaviour.
 """
 
 import json
@@ -10,8 +13,23 @@ import sys
 import time
 
 behaviour, model_dir, max_steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+port = int(sys.argv[4]) if len(sys.argv) > 4 else None
 os.makedirs(model_dir, exist_ok=True)
 print(f"fake task {behaviour} pid={os.getpid()}", flush=True)
+
+
+def first_time(name):
+    marker = os.path.join(model_dir, f".fake-{name}")
+    if os.path.exists(marker):
+        return False
+    open(marker, "w").close()
+    return True
+
+
+ONCE = {"chief_fails_once": ("fail_soon", "chief_ok"), "chief_stalls_once": ("silent_forever", "chief_ok"),
+        "evaluator_fails_once": ("exit_now", "evaluator_ok")}
+if behaviour in ONCE:
+    behaviour = ONCE[behaviour][0] if first_time(behaviour) else ONCE[behaviour][1]
 
 
 def ignore_sigterm():
@@ -45,6 +63,23 @@ elif behaviour == "hang_ignoring_sigterm":
 elif behaviour == "fail_soon":
     train(20, delay=0.1)
     sys.exit(3)
+elif behaviour == "exit_now":
+    sys.exit(3)
+elif behaviour == "chief_listens":
+    import socket
+
+    # Like a TF server: listen on every interface, then check loopback works from inside.
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("0.0.0.0", port))
+    server.listen()
+    socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    open(os.path.join(model_dir, "listening"), "w").close()
+    while not os.path.exists(os.path.join(model_dir, "release")):
+        print("INFO loss = 1.0, step = 0 (0.1 sec)", flush=True)  # progress, so no stall
+        time.sleep(0.2)
+    train(max_steps)
+    write_checkpoint(max_steps)
 elif behaviour == "silent_forever":
     ignore_sigterm()
     while True:

@@ -1,5 +1,7 @@
 """Real multi-process clusters on loopback, started through the same launcher as run_local.sh."""
 
+import json
+import os
 import re
 import signal
 import time
@@ -56,36 +58,62 @@ def test_two_workers_train_evaluate_and_export(tmp_path, mnist_data_dir):
     assert np.mean(predicted == labels.numpy()) > 0.5
 
 
-def test_killing_a_worker_stops_the_whole_run(tmp_path, mnist_data_dir):
+def task_pid(launcher_pid: int, task: str):
+    for pid in descendants(launcher_pid):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if task.encode() in cmdline and b"train" in cmdline:
+            return pid
+    return None
+
+
+def launch_and_kill_when(tmp_path, template, log_pattern, task="worker:1", **fields):
+    """Starts a launch, SIGKILLs `task` once worker 0's log matches `log_pattern`; (proc, killed_at, pids)."""
     for _ in range(3):
-        path = write_cluster(tmp_path, CLUSTER_YAML, 2, steps=100000, save=1000, data_dir=mnist_data_dir)
-        proc = start_launch(path)
+        proc = start_launch(write_cluster(tmp_path, template, 2, **fields))
         deadline = time.time() + 300
-        worker = None
-        while time.time() < deadline and proc.poll() is None:
+        victim = None
+        while time.time() < deadline and proc.poll() is None and victim is None:
             logs = list((tmp_path / "run" / "logs").glob("*/worker-0.log"))
-            if logs and re.search(r"step = [1-9]\d*", logs[0].read_text(errors="replace")):
-                for pid in descendants(proc.pid):
-                    try:
-                        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                    except OSError:
-                        continue
-                    if b"worker:1" in cmdline:
-                        worker = pid
-                break
+            if logs and re.search(log_pattern, logs[0].read_text(errors="replace")):
+                victim = task_pid(proc.pid, task)
             time.sleep(0.5)
         if proc.poll() == 2:
             continue  # a port was taken between choosing and binding: try new ones
-        break
-    assert worker is not None, "training never started"
-    everyone = descendants(proc.pid)
-    killed_at = time.monotonic()
-    import os
+        assert victim is not None, "training never started"
+        everyone = descendants(proc.pid)
+        os.kill(victim, signal.SIGKILL)
+        return proc, time.monotonic(), everyone
+    pytest.fail("no free ports after 3 attempts")
 
-    os.kill(worker, signal.SIGKILL)
+
+def test_killing_a_worker_stops_the_whole_run(tmp_path, mnist_data_dir):
+    proc, killed_at, everyone = launch_and_kill_when(tmp_path, CLUSTER_YAML, r"step = [1-9]\d*", steps=100000,
+                                                     save=1000, data_dir=mnist_data_dir)
     out, _ = proc.communicate(timeout=120)
     elapsed = time.monotonic() - killed_at
     assert proc.returncode not in (0, None), out
     assert "failed: task worker:1 failed (killed by SIGKILL)" in out
     assert elapsed < 60, f"launcher took {elapsed:.0f} s to give up"
     assert not pids_alive(everyone)
+
+
+def test_on_failure_restarts_from_the_checkpoint_and_finishes(tmp_path, mnist_data_dir):
+    template = CLUSTER_YAML + "restart: {{policy: on_failure, max_restarts: 2, backoff_secs: 1}}\n"
+    proc, _, _ = launch_and_kill_when(tmp_path, template, r"Saving checkpoints for 40 ", steps=120, save=40,
+                                      data_dir=mnist_data_dir)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    assert re.search(r"finished: accuracy=[\d.]+ global_step=120 ", out), out
+    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
+    [restart] = summary["restarts"]
+    assert restart["failed_task"] == "worker:1" and restart["reason"] == "killed by SIGKILL"
+    assert restart["restored_checkpoint_step"] >= 40
+    assert restart["restarted_tasks"] == ["worker:0", "worker:1"]
+    assert "restart 1/2: worker:1 killed by SIGKILL" in out
+    # The restarted chief resumed: its log says it restored the checkpoint instead of starting over.
+    chief_log = Path(summary["tasks"]["worker:0"]["log"]).read_text(errors="replace")
+    assert re.search(r"Restoring parameters from .*model\.ckpt-(\d+)", chief_log), chief_log[-2000:]
+    assert not pids_alive(summary["all_pids"])

@@ -2,6 +2,7 @@
 
 import io
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from estimator_mnist.errors import UsageError
 FAKE = str(Path(__file__).parent / "fake_task.py")
 
 
-def make_config(tmp_path, launcher=None, evaluator=True, ports=(1, 2)):
+def make_config(tmp_path, launcher=None, evaluator=True, ports=(1, 2), restart=None):
     cluster = {"chief": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}"]}
     if evaluator:
         cluster["evaluator"] = "localhost"
@@ -29,6 +30,7 @@ def make_config(tmp_path, launcher=None, evaluator=True, ports=(1, 2)):
         "training": {"max_steps": 100, "save_checkpoints_steps": 50},
         "launcher": {"grace_secs": 1, "finish_timeout_secs": 2, "eval_timeout_secs": 20, "stall_timeout_secs": 30,
                      **(launcher or {})},
+        "restart": restart or {"policy": "never"},
         "run_dir": str(tmp_path / "run"),
         "data_dir": str(tmp_path / "data"),
     }, str(tmp_path / "cluster.yaml"))
@@ -42,8 +44,11 @@ def mark_data_prepared(config):
 
 
 def fake_commands(config, behaviours):
+    ports = {TaskId(r, i): a.port for r, i, a in config.cluster.training_tasks()}
+
     def command_for(task: TaskId):
-        return [sys.executable, FAKE, behaviours[str(task)], config.model_dir, str(config.training.max_steps)]
+        return [sys.executable, FAKE, behaviours[str(task)], config.model_dir, str(config.training.max_steps),
+                str(ports.get(task, 0))]
     return command_for
 
 
@@ -151,18 +156,36 @@ def test_launch_refuses_unprepared_data(tmp_path):
         L.launch(config, "cluster.yaml")
 
 
-def test_launch_refuses_a_busy_port(tmp_path):
+def test_launch_refuses_a_busy_port_on_the_host_network(tmp_path):
     import socket
 
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        config = make_config(tmp_path, ports=(port, port + 1 if port < 65535 else port - 1))
+        config = make_config(tmp_path, launcher={"network": "host"},
+                             ports=(port, port + 1 if port < 65535 else port - 1))
         mark_data_prepared(config)
         with pytest.raises(UsageError, match=rf"port {port} of task chief:0 .* is already in use"):
             L.launch(config, "cluster.yaml")
     assert not Path(config.run_dir, "logs").exists()
+
+
+def test_a_private_network_does_not_collide_with_host_ports(tmp_path):
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        config = make_config(tmp_path, launcher={"network": "private"},
+                             ports=(port, port + 1 if port < 65535 else port - 1))
+        mark_data_prepared(config)
+        out = io.StringIO()
+        behaviours = {"chief:0": "chief_ok", "worker:0": "worker_ok", "evaluator:0": "evaluator_ok"}
+        code = L.launch(config, "cluster.yaml", out=out, command_for=fake_commands(config, behaviours))
+    assert code == 0, out.getvalue()
+    assert L.netns.PROTECTED in out.getvalue()
 
 
 def test_a_finished_run_is_not_trained_again(tmp_path):
@@ -202,3 +225,102 @@ def test_each_task_gets_its_gpu_mask_and_log_level(tmp_path, monkeypatch):
     assert all("TF_CONFIG" not in e for e in env.values())
     quiet = L.Launcher(config_from_dict({"cluster": {"chief": ["localhost:1"]}}, "c.yaml"), "c.yaml")
     assert quiet.environment(TaskId("chief", 0))["TF_CPP_MIN_LOG_LEVEL"] == "1"
+
+
+ON_FAILURE = {"policy": "on_failure", "max_restarts": 2, "backoff_secs": 0}
+HEALTHY = {"chief:0": "chief_ok", "worker:0": "worker_ok", "evaluator:0": "evaluator_ok"}
+
+
+def test_on_failure_restarts_the_training_group_and_finishes(tmp_path):
+    config = make_config(tmp_path, restart=ON_FAILURE)
+    code, out, summary, _, _ = run(config, {**HEALTHY, "chief:0": "chief_fails_once"})
+    assert code == 0, out
+    assert "restart 1/2: chief:0 exit code 3 at step 20; starting chief:0, worker:0 again from checkpoint None" in out
+    [restart] = summary["restarts"]
+    assert restart["failed_task"] == "chief:0" and restart["reason"] == "exit code 3"
+    assert restart["restarted_tasks"] == ["chief:0", "worker:0"]  # the evaluator kept running
+    assert restart["step_at_failure"] == 20 and restart["steps_redone"] == 20
+    assert summary["status"] == "finished" and summary["global_step"] == 100
+    assert len(summary["all_pids"]) == 5 and not pids_alive(summary["all_pids"])
+
+
+def test_never_does_not_restart(tmp_path):
+    config = make_config(tmp_path)
+    code, out, summary, _, _ = run(config, {**HEALTHY, "chief:0": "chief_fails_once"})
+    assert code == 1 and summary["restarts"] == []
+    assert "failed: task chief:0 failed (exit code 3)" in out
+
+
+def test_gives_up_after_max_restarts(tmp_path):
+    config = make_config(tmp_path, restart=ON_FAILURE)
+    code, out, summary, _, _ = run(config, {**HEALTHY, "worker:0": "fail_soon"})
+    assert code == 1
+    assert len(summary["restarts"]) == 2
+    assert re.search(r"failed: task worker:0 failed \(exit code 3\).*; gave up after 2 restarts "
+                     r"\(restart\.max_restarts=2\)", out), out
+    assert not pids_alive(summary["all_pids"])
+
+
+def test_a_stall_is_a_failure_that_restarts(tmp_path):
+    config = make_config(tmp_path, restart=ON_FAILURE, launcher={"stall_timeout_secs": 3})
+    code, out, summary, _, _ = run(config, {**HEALTHY, "chief:0": "chief_stalls_once"})
+    assert code == 0, out
+    [restart] = summary["restarts"]
+    assert restart["failed_task"] is None and restart["reason"].startswith("stalled for 3 s")
+    assert not pids_alive(summary["all_pids"])
+
+
+def test_a_failed_evaluator_is_restarted_alone(tmp_path):
+    config = make_config(tmp_path, restart=ON_FAILURE)
+    code, out, summary, _, _ = run(config, {**HEALTHY, "evaluator:0": "evaluator_fails_once"})
+    assert code == 0, out
+    [restart] = summary["restarts"]
+    assert restart["restarted_tasks"] == ["evaluator:0"] and restart["steps_redone"] == 0
+    assert summary["accuracy"] == 0.97
+
+
+def test_run_files_are_not_writable_by_other_users(tmp_path):
+    config = make_config(tmp_path)
+    code, *_ = run(config, HEALTHY)
+    assert code == 0
+    for path in (Path(config.run_dir), Path(config.model_dir), *Path(config.run_dir, "logs").rglob("*")):
+        assert path.stat().st_mode & 0o022 == 0, path
+    # Files the tasks write (checkpoints here) get the same protection.
+    assert Path(config.model_dir, "checkpoint").stat().st_mode & 0o022 == 0
+
+
+def test_task_ports_cannot_be_reached_from_outside_the_private_network(tmp_path):
+    """The tasks' namespace has its own loopback: they reach each other, this process cannot reach them."""
+    import socket
+    import threading
+
+    from conftest import free_ports
+
+    port, other = free_ports(2)
+    config = make_config(tmp_path, ports=(port, other), launcher={"network": "private"})
+    mark_data_prepared(config)
+    probes = {}
+
+    def probe():
+        listening = Path(config.model_dir, "listening")
+        deadline = time.time() + 60
+        while not listening.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        probes["listening"] = listening.exists()
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+            probes["outside"] = "connected"
+        except OSError as exc:
+            probes["outside"] = type(exc).__name__
+        Path(config.model_dir, "release").touch()
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    out = io.StringIO()
+    code = L.launch(config, "cluster.yaml", out=out,
+                    command_for=fake_commands(config, {**HEALTHY, "chief:0": "chief_listens"}))
+    thread.join(timeout=10)
+    assert code == 0, out.getvalue()
+    assert probes["listening"], "the task never listened (it checks loopback inside its namespace first)"
+    assert probes["outside"] == "ConnectionRefusedError"
+    assert L.netns.PROTECTED in out.getvalue()

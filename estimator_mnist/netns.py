@@ -1,0 +1,105 @@
+"""A private network namespace for a local cluster. No TensorFlow.
+
+TF's gRPC servers listen on every interface and accept anyone who reaches the
+port, with no authentication. When every task of the cluster is on this
+machine's loopback, the launcher starts them inside one network namespace of
+their own that has only a loopback interface: they reach each other as
+before, and nothing outside the namespace (another machine, another
+container, another namespace of this machine) can reach their ports.
+
+The namespace is held by a small helper process; each task joins it with
+setns(2) between fork and exec, so the launcher itself stays in the
+machine's network.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+
+from .errors import UsageError
+
+CLONE_NEWNET = 0x40000000
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+ERR_PRIVATE_NOT_LOOPBACK = ("{file}: launcher.network is private but task {task} is on host '{host}', which a private "
+                            "namespace cannot reach; use localhost for every task, or launcher.network: auto or host")
+ERR_PRIVATE_UNAVAILABLE = ("{file}: launcher.network is private but this system does not allow a private network "
+                           "namespace ({reason}); run as a user with CAP_SYS_ADMIN, or set launcher.network: host and "
+                           "firewall the task ports")
+
+PROTECTED = ("network: the tasks run in a private network namespace with only loopback; no other machine or "
+             "network namespace can reach their ports")
+UNPROTECTED = ("network: WARNING: the tasks use this machine's network ({why}). TensorFlow's servers accept anyone "
+               "who reaches their ports, with no authentication: keep ports {ports} reachable only from the "
+               "cluster's own hosts (firewall or private network)")
+
+# Run by the helper process: it enters a new network namespace, brings up
+# loopback, says "ready" and then lives as long as the launcher.
+_HOLDER = r"""
+import ctypes, fcntl, os, signal, socket, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(1, signal.SIGKILL)
+if libc.unshare(0x40000000) != 0:
+    print("error", os.strerror(ctypes.get_errno()), flush=True)
+    sys.exit(1)
+with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    flags = struct.unpack("16sH", fcntl.ioctl(s, 0x8913, struct.pack("16sH14s", b"lo", 0, b""))[:18])[1]
+    fcntl.ioctl(s, 0x8914, struct.pack("16sH14s", b"lo", flags | 1, b""))
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def all_on_loopback(cluster) -> bool:
+    return all(host in LOOPBACK_HOSTS for _, _, host in cluster.task_hosts())
+
+
+class PrivateNetwork:
+    """The helper process that holds the namespace, and the way for a child to join it."""
+
+    def __init__(self):
+        self._holder = subprocess.Popen([sys.executable, "-c", _HOLDER], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        answer = self._holder.stdout.readline().strip()
+        if answer != "ready":
+            self.close()
+            raise OSError(answer.removeprefix("error ").strip() or "the namespace helper exited")
+        self._fd = os.open(f"/proc/{self._holder.pid}/ns/net", os.O_RDONLY)
+        self._libc = ctypes.CDLL(None, use_errno=True)
+
+    def join(self) -> None:
+        """Runs in a child between fork and exec: move it into the namespace."""
+        if self._libc.setns(self._fd, CLONE_NEWNET) != 0:
+            os._exit(126)  # never run a task unprotected when protection was promised
+
+    def close(self) -> None:
+        if getattr(self, "_fd", None) is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._holder.poll() is None:
+            self._holder.send_signal(signal.SIGKILL)
+            self._holder.wait()
+
+
+def choose_network(config, file: str):
+    """(PrivateNetwork or None, the line saying which protection is in force)."""
+    mode = config.launcher.network
+    ports = ", ".join(str(a.port) for _, _, a in config.cluster.training_tasks())
+    if mode == "host":
+        return None, UNPROTECTED.format(why="launcher.network: host", ports=ports)
+    if not all_on_loopback(config.cluster):
+        if mode == "private":
+            role, index, host = next((r, i, h) for r, i, h in config.cluster.task_hosts() if h not in LOOPBACK_HOSTS)
+            raise UsageError(ERR_PRIVATE_NOT_LOOPBACK.format(file=file, task=f"{role}:{index}", host=host))
+        return None, UNPROTECTED.format(why="some tasks use a non-loopback host name", ports=ports)
+    try:
+        return PrivateNetwork(), PROTECTED
+    except OSError as exc:
+        if mode == "private":
+            raise UsageError(ERR_PRIVATE_UNAVAILABLE.format(file=file, reason=exc)) from None
+        return None, UNPROTECTED.format(why=f"a private network namespace is not allowed here: {exc}", ports=ports)
+
