@@ -85,6 +85,9 @@ def _train_config_and_tf_config(args):
 
 def cmd_train(args) -> int:
     config, tf_config = _train_config_and_tf_config(args)
+    from .launcher import PRIVATE_UMASK
+
+    os.umask(PRIVATE_UMASK)  # checkpoints and exports: not replaceable by other users
     _quiet_tensorflow()
     from .runner import run_task
 

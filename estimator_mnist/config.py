@@ -156,7 +156,7 @@ class StrategyConfig:
                          "sync ps with backup workers; mirrored: one machine, several devices; one_device: one process")
     communication: str = _opt("auto", choices=COMMUNICATIONS, strategies=("multi_worker_mirrored",),
                               doc="all-reduce between workers: ring (gRPC), nccl (GPUs) or auto")
-    collective_timeout_secs: int = _opt(0, check=_non_negative, kind=int, strategies=("multi_worker_mirrored",),
+    collective_timeout_secs: int = _opt(300, check=_non_negative, kind=int, strategies=("multi_worker_mirrored",),
                                         doc="an all-reduce that waits longer fails with DeadlineExceeded; 0 = no limit")
     replicas_to_aggregate: Optional[int] = _opt(None, check=_positive, kind=int, strategies=("parameter_server_sync",),
                                                 doc="gradients averaged per step; fewer than the replicas leaves the "
@@ -219,7 +219,9 @@ class TrainingConfig:
     log_step_count_steps: int = _opt(100, check=_positive, kind=int)
     shuffle_buffer: int = _opt(10000, check=_positive, kind=int)
     seed: int = _opt(0, check=_non_negative, kind=int)
-    session_creation_timeout_secs: int = _opt(300, check=_positive, kind=int)
+    session_creation_timeout_secs: int = _opt(300, check=_positive, kind=int,
+                                              doc="a trainer whose cluster has not formed by then names the "
+                                                  "peers that do not answer and stops (Estimator's own: 2 hours)")
     teardown_timeout_secs: int = _opt(10, check=_positive, kind=int,
                                       doc="exit when closing the session still blocks this long after the last step")
 

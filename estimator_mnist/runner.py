@@ -10,6 +10,7 @@ import functools
 import json
 import logging
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -124,6 +125,62 @@ class TeardownWatchdogHook(tf.compat.v1.train.SessionRunHook):
         _exit_now(f"training ended at step {checkpoints.latest_step(self._model_dir)} and its results are saved, "
                   f"but this task is still blocked {self._timeout_secs} s later (TensorFlow waiting on peers that "
                   f"left, or closing its session); exiting")
+
+
+# Runs as its own process: while TensorFlow sets up a MultiWorkerMirrored
+# cluster it holds the GIL, so no thread of the task itself could act.
+_STARTUP_WATCHDOG = r"""
+import json, os, select, signal, socket, sys
+parent, timeout, task, peers = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
+if select.select([sys.stdin], [], [], timeout)[0]:
+    sys.exit(0)  # the cluster formed (the task closed our stdin), or the task is gone
+missing = []
+for name, address in peers:
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
+    except OSError:
+        missing.append(f"{name} ({address})")
+if missing:
+    reason = ("these peers do not answer: " + ", ".join(missing) + "; start them, or check their host:port in the "
+              "cluster file and the firewall")
+else:
+    reason = "every peer answers but the cluster did not form; check that all tasks use the same cluster file"
+print(f"[estimator-mnist] task {task}: no training session after training.session_creation_timeout_secs="
+      f"{timeout:g} s: {reason}; stopping this task", file=sys.stderr, flush=True)
+os.kill(parent, signal.SIGKILL)  # MultiWorkerMirrored tasks ignore SIGTERM
+"""
+
+
+class StartupWatchdog:
+    """Bounds the wait for the cluster to form, and names the peers that never came.
+
+    A MultiWorkerMirrored task with a missing peer was seen waiting for ever
+    inside the strategy's set-up, and Estimator waits up to two hours for a
+    session by default. If no session exists after `timeout_secs`, a helper
+    process probes every peer's address, logs which ones do not answer, and
+    ends the task.
+    """
+
+    def __init__(self, task: TaskId, tf_config: dict, timeout_secs: int):
+        peers = [(f"{role}:{index}", address) for role, addresses in tf_config.get("cluster", {}).items()
+                 for index, address in enumerate(addresses) if (role, index) != (task.type, task.index)]
+        self._helper = subprocess.Popen(
+            [sys.executable, "-c", _STARTUP_WATCHDOG, str(os.getpid()), str(timeout_secs), str(task),
+             json.dumps(peers)], stdin=subprocess.PIPE)
+
+    def formed(self) -> None:
+        if self._helper.stdin and not self._helper.stdin.closed:
+            self._helper.stdin.close()
+            self._helper.wait()
+
+
+class _ClusterFormedHook(tf.compat.v1.train.SessionRunHook):
+    def __init__(self, watchdog: StartupWatchdog):
+        self._watchdog = watchdog
+
+    def after_create_session(self, session, coord):
+        self._watchdog.formed()
 
 
 class StepCountHook(tf.compat.v1.train.SessionRunHook):
@@ -292,11 +349,16 @@ def run_task(config: Config, tf_config: dict) -> int:
     _configure_logging(task)
     if task.is_evaluator and config.evaluation.nice:
         os.nice(config.evaluation.nice)
+    watchdog = None
+    if not in_graph and task.type in ("chief", "worker"):
+        watchdog = StartupWatchdog(task, tf_config, config.training.session_creation_timeout_secs)
     configure_devices(config, task)
     strategy = build_train_strategy(config, task)
     _log(_describe(config, task, strategy))
     estimator = build_estimator(config, task, strategy)
     hooks = [] if task.is_evaluator else training_hooks(config, task)
+    if watchdog is not None:
+        hooks.append(_ClusterFormedHook(watchdog))
     if not task.is_evaluator:
         poll_for_ready_model_quickly()
     train_spec, eval_spec = train_and_eval_specs(config, hooks=hooks, stop_after_final_export=task.is_evaluator)

@@ -101,19 +101,42 @@ def test_killing_a_worker_stops_the_whole_run(tmp_path, mnist_data_dir):
 
 
 def test_on_failure_restarts_from_the_checkpoint_and_finishes(tmp_path, mnist_data_dir):
+    """The chief (worker 0) is SIGKILLed while it saves a checkpoint; the group restarts and finishes."""
     template = CLUSTER_YAML + "restart: {{policy: on_failure, max_restarts: 2, backoff_secs: 1}}\n"
-    proc, _, _ = launch_and_kill_when(tmp_path, template, r"Saving checkpoints for 40 ", steps=120, save=40,
-                                      data_dir=mnist_data_dir)
+    proc, _, _ = launch_and_kill_when(tmp_path, template, r"Saving checkpoints for 40 ", task="worker:0", steps=120,
+                                      save=40, data_dir=mnist_data_dir)
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out
     assert re.search(r"finished: accuracy=[\d.]+ global_step=120 ", out), out
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
     [restart] = summary["restarts"]
-    assert restart["failed_task"] == "worker:1" and restart["reason"] == "killed by SIGKILL"
-    assert restart["restored_checkpoint_step"] >= 40
+    assert restart["failed_task"] == "worker:0" and restart["reason"] == "killed by SIGKILL"
+    # Killed mid-save: the restart restores the last complete checkpoint (step 0 or 40), never a torn one.
+    assert restart["restored_checkpoint_step"] in (0, 40)
     assert restart["restarted_tasks"] == ["worker:0", "worker:1"]
-    assert "restart 1/2: worker:1 killed by SIGKILL" in out
+    assert "restart 1/2: worker:0 killed by SIGKILL" in out
     # The restarted chief resumed: its log says it restored the checkpoint instead of starting over.
     chief_log = Path(summary["tasks"]["worker:0"]["log"]).read_text(errors="replace")
     assert re.search(r"Restoring parameters from .*model\.ckpt-(\d+)", chief_log), chief_log[-2000:]
     assert not pids_alive(summary["all_pids"])
+
+
+def test_a_peer_that_never_starts_is_named_within_the_timeout(tmp_path, mnist_data_dir):
+    """Only worker:0 of a two-worker cluster starts: it gives up after session_creation_timeout_secs."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    template = CLUSTER_YAML.replace("log_step_count_steps: 10}}", "log_step_count_steps: 10, "
+                                    "session_creation_timeout_secs: 15}}")
+    path = write_cluster(tmp_path, template, 2, steps=50, save=50, data_dir=mnist_data_dir)
+    missing = re.search(r'"localhost:\d+", "(localhost:\d+)"', path.read_text())[1]
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "estimator_mnist", "train", "--cluster", str(path),
+                             "--task", "worker:0"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    elapsed = time.monotonic() - started
+    assert result.returncode == -signal.SIGKILL
+    assert (f"task worker:0: no training session after training.session_creation_timeout_secs=15 s: these peers "
+            f"do not answer: worker:1 ({missing})") in result.stderr
+    assert elapsed < 15 + 60

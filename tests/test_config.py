@@ -56,6 +56,8 @@ EXPECTED = {
     "unknown_task_selector.yaml": r"tasks\.worker:3 names no task of this cluster; use 'all', a role \(chief, worker\) or a task \(chief:0, worker:0\)",
     "unknown_task_key.yaml": r"unknown key 'gpu' in tasks\.all; valid keys are: gpus, gpu_memory_growth",
     "placement_not_bool.yaml": r"session\.log_device_placement must be true or false, got 'yes'",
+    "restart_policy_typo.yaml": r"restart\.policy must be one of never, on_failure, got 'always'",
+    "network_mode_typo.yaml": r"launcher\.network must be one of auto, private, host, got 'none'",
     "memory_fraction_too_big.yaml": r"tasks\.chief\.gpu_memory_fraction must be between 0 and 1, got 1\.5",
 }
 

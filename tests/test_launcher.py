@@ -324,3 +324,16 @@ def test_task_ports_cannot_be_reached_from_outside_the_private_network(tmp_path)
     assert probes["listening"], "the task never listened (it checks loopback inside its namespace first)"
     assert probes["outside"] == "ConnectionRefusedError"
     assert L.netns.PROTECTED in out.getvalue()
+
+
+def test_private_network_refuses_hosts_it_cannot_reach(tmp_path):
+    config = config_from_dict({"cluster": {"chief": ["localhost:1"], "worker": ["10.0.0.7:2"]},
+                               "launcher": {"network": "private"}}, "c.yaml")
+    with pytest.raises(UsageError, match=r"^c\.yaml: launcher\.network is private but task worker:0 is on host "
+                                         r"'10\.0\.0\.7', which a private namespace cannot reach"):
+        L.netns.choose_network(config, "c.yaml")
+    network, line = L.netns.choose_network(dict_config := config_from_dict(
+        {"cluster": {"chief": ["localhost:1"], "worker": ["10.0.0.7:2"]}}, "c.yaml"), "c.yaml")
+    assert network is None and line.startswith("network: WARNING: the tasks use this machine's network (some tasks "
+                                                "use a non-loopback host name)")
+    assert "ports 1, 2" in line and dict_config.launcher.network == "auto"

@@ -162,7 +162,7 @@ def test_sync_ps_model_fn_wraps_the_optimizer_and_adds_its_hook():
         spec = model_fn(features, labels, tf.estimator.ModeKeys.TRAIN, params,
                         config=tf.estimator.RunConfig())
         hooks = list(spec.training_hooks)
-        assert [type(h).__name__ for h in hooks] == ["_SyncReplicasOptimizerHook"]
+        assert [type(h).__name__ for h in hooks] == ["_SyncReplicasOptimizerHook", "ReleaseSyncTokensHook"]
         names = {op.name for op in tf.compat.v1.get_default_graph().get_operations()}
         assert "sync_token_q" in names  # the token queue that holds replicas to the aggregated step
         plain = model_fn(features, labels, tf.estimator.ModeKeys.TRAIN, dict(params, sync_replicas=None))
