@@ -88,6 +88,13 @@ def cmd_train(args) -> int:
     from .launcher import PRIVATE_UMASK
 
     os.umask(PRIVATE_UMASK)  # checkpoints and exports: not replaceable by other users
+    from .netns import all_on_loopback
+
+    if not all_on_loopback(config.cluster):
+        ports = ", ".join(str(a) for _, _, a in config.cluster.training_tasks())
+        print(f"estimator-mnist: warning: TensorFlow's servers accept anyone who reaches {ports}, with no "
+              "authentication: allow these ports only from the cluster's own hosts (firewall or private network)",
+              file=sys.stderr, flush=True)
     _quiet_tensorflow()
     from .runner import run_task
 

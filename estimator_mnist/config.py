@@ -542,6 +542,13 @@ def config_from_dict(data, source: str) -> Config:
         raise UsageError(ERR_RANGE.format(file=file, key="training.save_checkpoints_steps",
                                           bound=f"at most training.max_steps ({training.max_steps})",
                                           got=training.save_checkpoints_steps))
+    if cluster.evaluator is not None and training.keep_checkpoint_max < 2:
+        # Each save deletes the oldest checkpoint beyond the limit: with 1 kept,
+        # that is the very checkpoint the evaluator may be reading.
+        raise UsageError(ERR_RANGE.format(file=file, key="training.keep_checkpoint_max",
+                                          bound="at least 2 when the cluster has an evaluator (with 1, each save "
+                                                "deletes the checkpoint the evaluator may be reading)",
+                                          got=training.keep_checkpoint_max))
     stem = Path(source).stem if source else "run"
     run_dir = _resolve_path(data.get("run_dir"), file, "run_dir", os.path.join("runs", stem))
     model_dir = _resolve_path(data.get("model_dir"), file, "model_dir", os.path.join(run_dir, "model"))

@@ -181,6 +181,7 @@ class Launcher:
         self.network_line = network_line
         self.restarts: List[dict] = []
         self.all_processes: List[TaskProcess] = []
+        self.group_started = time.time()
         # Tests swap in stand-in tasks; the supervision logic is the same.
         self.command_for = command_for or self._command
         self.cluster_file = cluster_file
@@ -317,7 +318,20 @@ class Launcher:
         rate = f", {pr.steps_per_sec:.1f} steps/s" if pr.steps_per_sec else ""
         ev = pr.latest_eval()
         eval_text = f", last evaluation: step {ev['global_step']} accuracy {ev['accuracy']:.4f}" if ev else ""
-        self.say(f"{self._elapsed()} step {pr.step}/{self.config.training.max_steps}, loss {pr.loss:.4f}{rate}{eval_text}")
+        loss = f", loss {pr.loss:.4f}" if pr.loss is not None else ""
+        self.say(f"{self._elapsed()} step {pr.step}/{self.config.training.max_steps}{loss}{rate}{eval_text}")
+
+    def _starting(self) -> bool:
+        """Until the (re)started group's first step, starting up is bounded by the session timeout too."""
+        last = self.progress.last_step_time
+        return last is None or last < self.group_started
+
+    def _stall_limit(self) -> float:
+        limit = self.config.launcher.stall_timeout_secs
+        return limit + (self.config.training.session_creation_timeout_secs if self._starting() else 0)
+
+    def _stall_extra(self) -> str:
+        return " + training.session_creation_timeout_secs, while starting" if self._starting() else ""
 
     def final_evaluation(self) -> Optional[dict]:
         for record in reversed(self.progress.evaluations or checkpoints.read_eval_results(self.config.model_dir)):
@@ -365,12 +379,12 @@ class Launcher:
                 elif now - self.training_done_time > cfg.eval_timeout_secs:
                     raise RunFailed(f"the evaluator did not evaluate the final checkpoint within "
                                     f"launcher.eval_timeout_secs={cfg.eval_timeout_secs} s; its log: {evaluator.log_path}")
-            elif now - self.progress.last_change > cfg.stall_timeout_secs:
+            elif now - self.progress.last_change > self._stall_limit():
                 stopped = [str(p.task) for p in self.processes.values() if p.running and _process_state(p.popen.pid) == "T"]
                 culprit = f"; stopped by a signal: {', '.join(stopped)}" if stopped else ""
-                raise TaskFailure(f"no task made progress for launcher.stall_timeout_secs={cfg.stall_timeout_secs} s "
-                                  f"(last step: {self.progress.step}{culprit}); logs in {self.log_dir}",
-                                  None, f"stalled for {cfg.stall_timeout_secs} s{culprit}")
+                raise TaskFailure(f"no task made progress for {self._stall_limit():.0f} s (launcher.stall_timeout_secs"
+                                  f"{self._stall_extra()}; last step: {self.progress.step}{culprit}); logs in "
+                                  f"{self.log_dir}", None, f"stalled for {self._stall_limit():.0f} s{culprit}")
             self._print_progress(now)
             time.sleep(POLL_SECS)
 
@@ -426,6 +440,8 @@ class Launcher:
         if not evaluator_only:
             self.training_done_time = None
             self.progress.step = restored
+        if not evaluator_only:
+            self.group_started = time.time()
         for p in group:
             self.start(p.task)
         self.progress.last_change = time.time()

@@ -69,10 +69,10 @@ def task_pid(launcher_pid: int, task: str):
     return None
 
 
-def launch_and_kill_when(tmp_path, template, log_pattern, task="worker:1", **fields):
-    """Starts a launch, SIGKILLs `task` once worker 0's log matches `log_pattern`; (proc, killed_at, pids)."""
+def launch_and_kill_when(tmp_path, template, log_pattern, task="worker:1", sig=signal.SIGKILL, ports=2, **fields):
+    """Starts a launch, sends `sig` to `task` once worker 0's log matches `log_pattern`; (proc, killed_at, pids)."""
     for _ in range(3):
-        proc = start_launch(write_cluster(tmp_path, template, 2, **fields))
+        proc = start_launch(write_cluster(tmp_path, template, ports, **fields))
         deadline = time.time() + 300
         victim = None
         while time.time() < deadline and proc.poll() is None and victim is None:
@@ -82,9 +82,11 @@ def launch_and_kill_when(tmp_path, template, log_pattern, task="worker:1", **fie
             time.sleep(0.5)
         if proc.poll() == 2:
             continue  # a port was taken between choosing and binding: try new ones
-        assert victim is not None, "training never started"
+        if victim is None:
+            proc.send_signal(signal.SIGINT)
+            pytest.fail(f"{task} never reached {log_pattern!r}: {proc.communicate(timeout=120)[0][-3000:]}")
         everyone = descendants(proc.pid)
-        os.kill(victim, signal.SIGKILL)
+        os.kill(victim, sig)
         return proc, time.monotonic(), everyone
     pytest.fail("no free ports after 3 attempts")
 
@@ -140,3 +142,46 @@ def test_a_peer_that_never_starts_is_named_within_the_timeout(tmp_path, mnist_da
     assert (f"task worker:0: no training session after training.session_creation_timeout_secs=15 s: these peers "
             f"do not answer: worker:1 ({missing})") in result.stderr
     assert elapsed < 15 + 60
+
+
+PS_CLUSTER_YAML = """
+cluster:
+  worker: ["localhost:{p0}", "localhost:{p1}"]
+  ps: ["localhost:{p2}"]
+strategy: parameter_server
+training: {{batch_size_per_replica: 64, max_steps: {steps}, save_checkpoints_steps: {save}, log_step_count_steps: 10}}
+launcher: {{grace_secs: 5, stall_timeout_secs: 120}}
+restart: {{policy: on_failure, max_restarts: 2, backoff_secs: 1}}
+run_dir: {run_dir}
+data_dir: {data_dir}
+"""
+
+
+def test_on_failure_survives_the_loss_of_the_parameter_server(tmp_path, mnist_data_dir):
+    """The ps holds every variable: after its SIGKILL the group restarts and the chief restores them."""
+    proc, _, _ = launch_and_kill_when(tmp_path, PS_CLUSTER_YAML, r"Saving checkpoints for [1-9]\d* ", task="ps:0", ports=3,
+                                      steps=150, save=50, data_dir=mnist_data_dir)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
+    [restart] = summary["restarts"]
+    assert restart["failed_task"] == "ps:0" and restart["reason"] == "killed by SIGKILL"
+    assert restart["restarted_tasks"] == ["ps:0", "worker:0", "worker:1"]
+    assert 150 <= summary["global_step"] <= 152  # asynchronous: each worker may finish one more step
+    assert not pids_alive(summary["all_pids"])
+
+
+def test_a_stopped_worker_is_a_stall_that_restarts(tmp_path, mnist_data_dir):
+    """SIGSTOP leaves worker:1 alive but silent; the all-reduce stalls, and the launcher restarts the group."""
+    template = CLUSTER_YAML.replace("stall_timeout_secs: 300", "stall_timeout_secs: 20") + \
+        "restart: {{policy: on_failure, max_restarts: 2, backoff_secs: 1}}\n"
+    proc, _, _ = launch_and_kill_when(tmp_path, template, r"Saving checkpoints for 40 ", sig=signal.SIGSTOP,
+                                      steps=120, save=40, data_dir=mnist_data_dir)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
+    [restart] = summary["restarts"]
+    assert restart["failed_task"] is None
+    assert restart["reason"] == "stalled for 20 s; stopped by a signal: worker:1", out
+    assert summary["global_step"] == 120
+    assert not pids_alive(summary["all_pids"])

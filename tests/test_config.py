@@ -58,6 +58,7 @@ EXPECTED = {
     "placement_not_bool.yaml": r"session\.log_device_placement must be true or false, got 'yes'",
     "restart_policy_typo.yaml": r"restart\.policy must be one of never, on_failure, got 'always'",
     "network_mode_typo.yaml": r"launcher\.network must be one of auto, private, host, got 'none'",
+    "keep_one_checkpoint_with_evaluator.yaml": r"training\.keep_checkpoint_max must be at least 2 when the cluster has an evaluator",
     "memory_fraction_too_big.yaml": r"tasks\.chief\.gpu_memory_fraction must be between 0 and 1, got 1\.5",
 }
 

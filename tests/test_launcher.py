@@ -27,7 +27,7 @@ def make_config(tmp_path, launcher=None, evaluator=True, ports=(1, 2), restart=N
         cluster["evaluator"] = "localhost"
     return config_from_dict({
         "cluster": cluster,
-        "training": {"max_steps": 100, "save_checkpoints_steps": 50},
+        "training": {"max_steps": 100, "save_checkpoints_steps": 50, "session_creation_timeout_secs": 2},
         "launcher": {"grace_secs": 1, "finish_timeout_secs": 2, "eval_timeout_secs": 20, "stall_timeout_secs": 30,
                      **(launcher or {})},
         "restart": restart or {"policy": "never"},
@@ -102,7 +102,8 @@ def test_a_worker_hanging_after_the_chief_finished_is_stopped(tmp_path):
 @pytest.mark.parametrize("limits, behaviours, message", [
     pytest.param({"stall_timeout_secs": 2},
                  {"chief:0": "silent_forever", "worker:0": "silent_forever", "evaluator:0": "silent_forever"},
-                 "no task made progress for launcher.stall_timeout_secs=2 s", id="stalled-cluster"),
+                 "no task made progress for 4 s (launcher.stall_timeout_secs + training.session_creation_timeout_secs, "
+                 "while starting; last step: None)", id="stalled-cluster"),
     pytest.param({"eval_timeout_secs": 2},
                  {"chief:0": "chief_ok", "worker:0": "worker_ok", "evaluator:0": "evaluator_never_final"},
                  "the evaluator did not evaluate the final checkpoint within launcher.eval_timeout_secs=2 s",
@@ -266,7 +267,7 @@ def test_a_stall_is_a_failure_that_restarts(tmp_path):
     code, out, summary, _, _ = run(config, {**HEALTHY, "chief:0": "chief_stalls_once"})
     assert code == 0, out
     [restart] = summary["restarts"]
-    assert restart["failed_task"] is None and restart["reason"].startswith("stalled for 3 s")
+    assert restart["failed_task"] is None and restart["reason"].startswith("stalled for 5 s")  # 3 + startup 2
     assert not pids_alive(summary["all_pids"])
 
 
