@@ -33,24 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from estimator_mnist.config import read_yaml  # noqa: E402
-
-
-def children(pid: int):
-    """Every descendant of pid (from /proc)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+from estimator_mnist.launcher import descendants as children, living_pids as alive  # noqa: E402
 
 
 def task_pids(launcher_pid: int):
@@ -64,18 +47,6 @@ def task_pids(launcher_pid: int):
         if "train" in args and "--task" in args:
             result[args[args.index("--task") + 1]] = pid
     return result
-
-
-def alive(pids):
-    left = []
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state != "Z":
-            left.append(pid)
-    return left
 
 
 def one_run(cluster_file: Path, workdir: Path, kills: int, policy: str, rng: random.Random, window: float) -> dict:

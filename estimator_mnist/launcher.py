@@ -161,16 +161,37 @@ class TaskFailure(RunFailed):
         self.reason = reason
 
 
-def _process_state(pid: int) -> str:
+def _stat_fields(pid) -> List[str]:
+    """Fields of /proc/PID/stat after the command name: state, ppid, ..."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return "?"
+        return []
 
 
-def _die_with_parent_and_keep_files_private() -> None:
-    _die_with_parent()
-    os.umask(PRIVATE_UMASK)
+def _process_state(pid: int) -> str:
+    fields = _stat_fields(pid)
+    return fields[0] if fields else "?"
+
+
+def living_pids(pids) -> List[int]:
+    """The pids still running; a zombie counts as gone."""
+    return [pid for pid in pids if _process_state(pid) not in ("?", "Z")]
+
+
+def descendants(pid: int) -> List[int]:
+    """Every process whose ancestry leads to `pid` (from /proc)."""
+    children = {}
+    for entry in Path("/proc").iterdir():
+        fields = _stat_fields(entry.name) if entry.name.isdigit() else []
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, frontier = [], [pid]
+    while frontier:
+        below = children.get(frontier.pop(), [])
+        found.extend(below)
+        frontier.extend(below)
+    return found
 
 
 class Launcher:
@@ -229,7 +250,8 @@ class Launcher:
 
     def _preexec(self) -> None:
         """Runs in each task between fork and exec."""
-        _die_with_parent_and_keep_files_private()
+        _die_with_parent()
+        os.umask(PRIVATE_UMASK)
         if self.network is not None:
             self.network.join()
 

@@ -19,6 +19,7 @@ from estimator_mnist.config import config_from_dict
 from estimator_mnist.errors import UsageError
 
 FAKE = str(Path(__file__).parent / "fake_task.py")
+HEALTHY = {"chief:0": "chief_ok", "worker:0": "worker_ok", "evaluator:0": "evaluator_ok"}
 
 
 def make_config(tmp_path, launcher=None, evaluator=True, ports=(1, 2), restart=None):
@@ -157,34 +158,30 @@ def test_launch_refuses_unprepared_data(tmp_path):
         L.launch(config, "cluster.yaml")
 
 
-def test_launch_refuses_a_busy_port_on_the_host_network(tmp_path):
+@pytest.fixture
+def held_port():
+    """A loopback port that another process is listening on, as far as a new cluster is concerned."""
     import socket
 
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
-        port = holder.getsockname()[1]
-        config = make_config(tmp_path, launcher={"network": "host"},
-                             ports=(port, port + 1 if port < 65535 else port - 1))
-        mark_data_prepared(config)
-        with pytest.raises(UsageError, match=rf"port {port} of task chief:0 .* is already in use"):
-            L.launch(config, "cluster.yaml")
+        yield holder.getsockname()[1]
+
+
+def test_launch_refuses_a_busy_port_on_the_host_network(tmp_path, held_port):
+    config = make_config(tmp_path, launcher={"network": "host"}, ports=(held_port, held_port ^ 1))
+    mark_data_prepared(config)
+    with pytest.raises(UsageError, match=rf"port {held_port} of task chief:0 .* is already in use"):
+        L.launch(config, "cluster.yaml")
     assert not Path(config.run_dir, "logs").exists()
 
 
-def test_a_private_network_does_not_collide_with_host_ports(tmp_path):
-    import socket
-
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        port = holder.getsockname()[1]
-        config = make_config(tmp_path, launcher={"network": "private"},
-                             ports=(port, port + 1 if port < 65535 else port - 1))
-        mark_data_prepared(config)
-        out = io.StringIO()
-        behaviours = {"chief:0": "chief_ok", "worker:0": "worker_ok", "evaluator:0": "evaluator_ok"}
-        code = L.launch(config, "cluster.yaml", out=out, command_for=fake_commands(config, behaviours))
+def test_a_private_network_does_not_collide_with_host_ports(tmp_path, held_port):
+    config = make_config(tmp_path, launcher={"network": "private"}, ports=(held_port, held_port ^ 1))
+    mark_data_prepared(config)
+    out = io.StringIO()
+    code = L.launch(config, "cluster.yaml", out=out, command_for=fake_commands(config, HEALTHY))
     assert code == 0, out.getvalue()
     assert L.netns.PROTECTED in out.getvalue()
 
@@ -229,7 +226,6 @@ def test_each_task_gets_its_gpu_mask_and_log_level(tmp_path, monkeypatch):
 
 
 ON_FAILURE = {"policy": "on_failure", "max_restarts": 2, "backoff_secs": 0}
-HEALTHY = {"chief:0": "chief_ok", "worker:0": "worker_ok", "evaluator:0": "evaluator_ok"}
 
 
 def test_on_failure_restarts_the_training_group_and_finishes(tmp_path):
