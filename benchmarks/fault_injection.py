@@ -61,7 +61,7 @@ def one_run(cluster_file: Path, workdir: Path, kills: int, policy: str, rng: ran
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     # Kill times: spread over the expected training window, after training began.
     schedule = sorted(rng.uniform(0.05, 0.9) * window for _ in range(kills))
-    made, seen = [], set()
+    made, seen, last_kill = [], set(), None
     log_dir = run_dir / "logs"
     while proc.poll() is None and len(made) < kills:
         seen.update(children(proc.pid))
@@ -72,11 +72,11 @@ def one_run(cluster_file: Path, workdir: Path, kills: int, policy: str, rng: ran
                 task = rng.choice(sorted(tasks))
                 try:
                     os.kill(tasks[task], signal.SIGKILL)
-                    made.append({"task": task, "at": round(time.monotonic() - started, 1)})
+                    last_kill = time.monotonic()
+                    made.append({"task": task, "at": round(last_kill - started, 1)})
                 except ProcessLookupError:
                     pass
         time.sleep(0.5)
-    killed_last = time.monotonic()
     while proc.poll() is None:
         seen.update(children(proc.pid))
         time.sleep(1)
@@ -86,7 +86,7 @@ def one_run(cluster_file: Path, workdir: Path, kills: int, policy: str, rng: ran
     return {
         "exit": proc.returncode,
         "seconds": round(time.monotonic() - started, 1),
-        "seconds_after_last_kill": round(time.monotonic() - killed_last, 1),
+        "seconds_after_last_kill": round(time.monotonic() - last_kill, 1) if last_kill else None,
         "global_step": summary.get("global_step"),
         "accuracy": summary.get("accuracy"),
         "kills": made,
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
             kills = ", ".join(f"{k['task']}@{k['at']}s" for k in result["kills"])
             print(f"run {number}: exit={result['exit']} {result['seconds']:.0f}s step={result['global_step']} "
                   f"accuracy={result['accuracy']} kills=[{kills}] restarts={result['restarts_reported']} "
-                  f"exit_after_last_kill={result['seconds_after_last_kill']:.0f}s "
+                  f"exit_after_last_kill={result['seconds_after_last_kill']}s "
                   f"leftover={result['leftover_processes']}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(runs, indent=2))
@@ -125,7 +125,7 @@ def main(argv=None) -> int:
     print(f"RESULT runs={len(runs)} finished={finished} "
           f"min_accuracy={min(accuracies) if accuracies else 'none'} "
           f"restarts_reported={sum(r['restarts_reported'] for r in runs)}/{kills} "
-          f"max_exit_after_last_kill={max(r['seconds_after_last_kill'] for r in runs):.0f}s "
+          f"max_exit_after_last_kill={max((r['seconds_after_last_kill'] or 0) for r in runs):.1f}s "
           f"leftover_processes={sum(len(r['leftover_processes']) for r in runs)}")
     return 0
 
