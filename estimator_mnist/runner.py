@@ -152,7 +152,7 @@ os.kill(parent, signal.SIGKILL)  # MultiWorkerMirrored tasks ignore SIGTERM
 """
 
 
-class StartupWatchdog:
+class StartupWatchdog(tf.compat.v1.train.SessionRunHook):
     """Bounds the wait for the cluster to form, and names the peers that never came.
 
     A MultiWorkerMirrored task with a missing peer was seen waiting for ever
@@ -169,18 +169,11 @@ class StartupWatchdog:
             [sys.executable, "-c", _STARTUP_WATCHDOG, str(os.getpid()), str(timeout_secs), str(task),
              json.dumps(peers)], stdin=subprocess.PIPE)
 
-    def formed(self) -> None:
+    def after_create_session(self, session, coord):
+        """The cluster formed: dismiss the helper."""
         if self._helper.stdin and not self._helper.stdin.closed:
             self._helper.stdin.close()
             self._helper.wait()
-
-
-class _ClusterFormedHook(tf.compat.v1.train.SessionRunHook):
-    def __init__(self, watchdog: StartupWatchdog):
-        self._watchdog = watchdog
-
-    def after_create_session(self, session, coord):
-        self._watchdog.formed()
 
 
 class StepCountHook(tf.compat.v1.train.SessionRunHook):
@@ -358,7 +351,7 @@ def run_task(config: Config, tf_config: dict) -> int:
     estimator = build_estimator(config, task, strategy)
     hooks = [] if task.is_evaluator else training_hooks(config, task)
     if watchdog is not None:
-        hooks.append(_ClusterFormedHook(watchdog))
+        hooks.append(watchdog)
     if not task.is_evaluator:
         poll_for_ready_model_quickly()
     train_spec, eval_spec = train_and_eval_specs(config, hooks=hooks, stop_after_final_export=task.is_evaluator)
