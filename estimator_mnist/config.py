@@ -48,6 +48,7 @@ EXPORTERS = ("latest", "best")
 RESTART_POLICIES = ("never", "on_failure")
 NETWORK_MODES = ("auto", "private", "host")
 LR_SCHEDULES = ("cosine", "constant")
+PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 
 
 def _positive(v):
@@ -67,7 +68,9 @@ def _share(v):
 
 
 def _nice(v):
-    return None if 0 <= v <= 19 else "between 0 and 19"
+    if v == "idle" or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 19):
+        return None
+    return "'idle' or a whole number between 0 and 19"
 
 
 def _threads(v):
@@ -208,6 +211,10 @@ class ModelConfig:
     lr_schedule: str = _opt("cosine", choices=LR_SCHEDULES,
                             doc="cosine: decay from learning_rate to a tenth of it at training.max_steps")
     momentum: float = _opt(0.9, check=_fraction, kind=float, doc="used by optimizer: momentum")
+    precision: str = _opt("auto", choices=PRECISIONS,
+                          doc="training compute type; variables stay float32. auto: mixed_float16 on GPUs of compute "
+                              "capability 7.0+, mixed_bfloat16 on CPUs with bfloat16 instructions (AMX or "
+                              "AVX512_BF16), else float32")
 
 
 @dataclass(frozen=True)
@@ -234,7 +241,9 @@ class EvaluationConfig:
     export: str = _opt("latest", choices=EXPORTERS,
                        doc="latest: export every evaluated checkpoint; best: only when eval loss improves")
     exports_to_keep: int = _opt(3, check=_positive, kind=int)
-    nice: int = _opt(10, check=_nice, kind=int, doc="scheduling niceness of the evaluator, so it yields the cores to training")
+    nice: Any = _opt("idle", check=_nice, kind="nice",
+                     doc="the evaluator's CPU priority, so that it never slows training: idle (Linux SCHED_IDLE: it "
+                         "runs only on cores the trainers leave idle) or a niceness 0-19")
 
 
 @dataclass(frozen=True)

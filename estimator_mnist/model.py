@@ -1,8 +1,9 @@
 """The CNN and the Estimator `model_fn` for every mode.
 
 Hyperparameters arrive in `params["config"]` (the frozen ModelConfig) and
-`params["batch_size_per_replica"]`, `params["max_steps"]` and
-`params["sync_replicas"]`; nothing is read from module globals.
+`params["batch_size_per_replica"]`, `params["max_steps"]`,
+`params["sync_replicas"]` and `params["precision"]` (resolved from
+model.precision by the task); nothing is read from module globals.
 """
 
 from __future__ import annotations
@@ -14,29 +15,37 @@ from .data import IMAGE_KEY
 NUM_CLASSES = 10
 
 
-def build_network(name: str) -> tf.keras.Model:
+def build_network(name: str, precision: str = "float32") -> tf.keras.Model:
+    """The network; with a mixed precision the layers compute in 16 bits and keep float32 variables.
+
+    The logits always come out in float32: softmax and cross-entropy in 16
+    bits lose the small probabilities the loss is made of.
+    """
     layers = tf.keras.layers
+    dtype = tf.keras.mixed_precision.Policy(precision) if precision != "float32" else None
     if name == "classic_cnn":
         # The classic distributed-MNIST network.
         stack = [
-            layers.Conv2D(32, 5, padding="same", activation="relu"),
-            layers.MaxPooling2D(2),
-            layers.Conv2D(64, 5, padding="same", activation="relu"),
-            layers.MaxPooling2D(2),
-            layers.Flatten(),
-            layers.Dense(500, activation="relu"),
-            layers.Dense(NUM_CLASSES),
+            layers.Conv2D(32, 5, padding="same", activation="relu", dtype=dtype),
+            layers.MaxPooling2D(2, dtype=dtype),
+            layers.Conv2D(64, 5, padding="same", activation="relu", dtype=dtype),
+            layers.MaxPooling2D(2, dtype=dtype),
+            layers.Flatten(dtype=dtype),
+            layers.Dense(500, activation="relu", dtype=dtype),
+            layers.Dense(NUM_CLASSES, dtype=dtype),
         ]
     elif name == "tutorial_cnn":
         stack = [
-            layers.Conv2D(32, 3, activation="relu"),
-            layers.MaxPooling2D(2),
-            layers.Flatten(),
-            layers.Dense(64, activation="relu"),
-            layers.Dense(NUM_CLASSES),
+            layers.Conv2D(32, 3, activation="relu", dtype=dtype),
+            layers.MaxPooling2D(2, dtype=dtype),
+            layers.Flatten(dtype=dtype),
+            layers.Dense(64, activation="relu", dtype=dtype),
+            layers.Dense(NUM_CLASSES, dtype=dtype),
         ]
     else:
         raise ValueError(f"unknown network {name!r}")
+    if dtype is not None:
+        stack.append(layers.Activation("linear", dtype="float32", name="float32_logits"))
     return tf.keras.Sequential(stack, name=name)
 
 
@@ -97,7 +106,11 @@ class ReleaseSyncTokensHook(tf.compat.v1.train.SessionRunHook):
 def model_fn(features, labels, mode, params, config=None):
     model_config = params["config"]
     images = features[IMAGE_KEY] if isinstance(features, dict) else features
-    network = build_network(model_config.network)
+    # Only training computes in 16 bits. The variables are float32 either
+    # way, so evaluation and the exported SavedModel use float32, which is as
+    # accurate and runs on any machine that serves it.
+    precision = params.get("precision", "float32") if mode == tf.estimator.ModeKeys.TRAIN else "float32"
+    network = build_network(model_config.network, precision)
     logits = network(images, training=mode == tf.estimator.ModeKeys.TRAIN)
     class_ids = tf.argmax(logits, axis=1, output_type=tf.int32)
 
@@ -127,6 +140,11 @@ def model_fn(features, labels, mode, params, config=None):
     learning_rate = _learning_rate(model_config, global_step, params["max_steps"])
     tf.compat.v1.summary.scalar("learning_rate", learning_rate)
     optimizer = _optimizer(model_config, learning_rate)
+    if precision == "mixed_float16":
+        # float16's narrow range flushes small gradients to zero; scaling the
+        # loss (dynamically, skipping steps that overflow) keeps them.
+        # bfloat16 has float32's range and needs no scaling.
+        optimizer = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(optimizer, "dynamic")
     hooks = []
     sync = params.get("sync_replicas")
     if sync:

@@ -22,7 +22,8 @@ from .cluster import TaskId
 from .config import Config
 from .data import input_fn, serving_input_receiver_fn
 from .model import model_fn
-from .strategy import build_train_strategy, configure_devices, session_config, sync_replicas, thread_settings
+from .strategy import (build_train_strategy, configure_devices, resolve_precision, session_config, sync_replicas,
+                       thread_settings)
 
 EVAL_RESULTS_FILE = checkpoints.EVAL_RESULTS_FILE
 IN_GRAPH_STRATEGIES = ("mirrored", "one_device")
@@ -176,25 +177,54 @@ class StartupWatchdog(tf.compat.v1.train.SessionRunHook):
             self._helper.wait()
 
 
+STEP_TIMES_DIR = "step_times"
+STEP_TIMES_EVERY = 10
+
+
 class StepCountHook(tf.compat.v1.train.SessionRunHook):
-    """Counts this task's own training steps and logs them with the global step at the end.
+    """Counts this task's own training steps, times them, and logs the count with the global step at the end.
 
     The two numbers tell the strategies apart: asynchronous ps training
     advances the global step once per worker step, synchronous training once
-    per aggregated update.
+    per aggregated update. The wall-clock time after the first step, every
+    STEP_TIMES_EVERY-th step and the last one goes to
+    <run_dir>/step_times/<task>.json, so throughput and start-up time can be
+    read without parsing logs (benchmarks/keras_comparison.py does).
     """
 
-    def __init__(self, task: TaskId, delay_secs: float = 0.0):
+    def __init__(self, task: TaskId, delay_secs: float = 0.0, times_dir: str = ""):
         self._task = task
         self._delay_secs = delay_secs
+        self._times_path = os.path.join(times_dir, f"{task.type}-{task.index}.json") if times_dir else ""
+        self._times = []
         self.local_steps = 0
 
     def after_run(self, run_context, run_values):
         self.local_steps += 1
+        now = time.time()
+        if self.local_steps == 1 or self.local_steps % STEP_TIMES_EVERY == 0:
+            self._times.append((self.local_steps, now))
+            if self.local_steps == 1 or self.local_steps % (10 * STEP_TIMES_EVERY) == 0:
+                self._write_times()
+        self._last = (self.local_steps, now)
         if self._delay_secs:
             time.sleep(self._delay_secs)  # tasks.<task>.step_delay_ms: a straggler on purpose
 
+    def _write_times(self) -> None:
+        if not self._times_path:
+            return
+        times = list(self._times)
+        if self.local_steps and times[-1][0] != self.local_steps:
+            times.append(self._last)
+        record = {"task": str(self._task), "pid": os.getpid(), "step_times": times}
+        os.makedirs(os.path.dirname(self._times_path), exist_ok=True)
+        tmp = self._times_path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(record, handle)
+        os.replace(tmp, self._times_path)
+
     def end(self, session):
+        self._write_times()
         global_step = int(session.run(tf.compat.v1.train.get_global_step()))
         _log(f"task {self._task} ran {self.local_steps} local steps; global_step {global_step}")
 
@@ -234,7 +264,8 @@ def build_estimator(config: Config, task: TaskId, strategy=None) -> tf.estimator
         tf_random_seed=training.seed,
     )
     params = {"config": config.model, "batch_size_per_replica": training.batch_size_per_replica,
-              "max_steps": training.max_steps, "sync_replicas": sync_replicas(config)}
+              "max_steps": training.max_steps, "sync_replicas": sync_replicas(config),
+              "precision": resolve_precision(config.model.precision)}
     return tf.estimator.Estimator(model_fn=model_fn, config=run_config, params=params)
 
 
@@ -283,9 +314,37 @@ def _describe(config: Config, task: TaskId, strategy) -> str:
             f"CUDA_VISIBLE_DEVICES={'(unset)' if cuda is None else repr(cuda)} "
             f"gpu_memory_growth={settings.gpu_memory_growth} gpu_memory_fraction={settings.gpu_memory_fraction} "
             f"intra_op_threads={intra} inter_op_threads={inter} "
+            f"precision={resolve_precision(config.model.precision)} (model.precision={config.model.precision}) "
             f"log_device_placement={config.session.log_device_placement} "
             f"operation_timeout_ms={config.session.operation_timeout_ms or 'none'} "
             f"model_dir={config.model_dir} pid={os.getpid()}")
+
+
+def lower_cpu_priority(nice) -> str:
+    """Lowers every thread of this process to SCHED_IDLE ('idle') or to a niceness; says what it did.
+
+    Linux applies both per thread and new threads inherit from their creator,
+    so the threads TensorFlow already started are changed one by one. With
+    SCHED_IDLE the evaluator takes only CPU time the trainers leave unused
+    (on 2 cores a niced evaluator still cost the trainers a third of their
+    throughput), and once training ends it gets every core for the final
+    evaluation.
+    """
+    threads = [int(t) for t in os.listdir("/proc/self/task")] if os.path.isdir("/proc/self/task") else [0]
+    if nice == "idle" and hasattr(os, "SCHED_IDLE"):
+        for tid in threads:
+            try:
+                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+            except OSError:
+                pass  # the thread has ended
+        return "SCHED_IDLE (runs only on cores that training leaves idle)"
+    niceness = 19 if nice == "idle" else nice
+    for tid in threads:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), niceness))
+        except OSError:
+            pass
+    return f"nice {niceness}"
 
 
 READY_POLL_SECS = 1.0
@@ -315,7 +374,8 @@ def poll_for_ready_model_quickly() -> None:
 def training_hooks(config: Config, task: TaskId):
     settings = config.task_settings(task.type, task.index)
     evaluates_itself = config.strategy.name in IN_GRAPH_STRATEGIES and config.cluster.evaluator is None
-    return [StepCountHook(task, settings.step_delay_ms / 1000.0),
+    return [StepCountHook(task, settings.step_delay_ms / 1000.0,
+                          times_dir=os.path.join(config.run_dir, STEP_TIMES_DIR) if config.run_dir else ""),
             TeardownWatchdogHook(config.model_dir, timeout_secs=config.training.teardown_timeout_secs,
                                  max_steps=config.training.max_steps, wait_for_final_evaluation=evaluates_itself),
             *([VariablePlacementHook()] if config.session.log_device_placement else [])]
@@ -340,8 +400,8 @@ def run_task(config: Config, tf_config: dict) -> int:
     else:
         os.environ["TF_CONFIG"] = json.dumps(tf_config)
     _configure_logging(task)
-    if task.is_evaluator and config.evaluation.nice:
-        os.nice(config.evaluation.nice)
+    if task.is_evaluator:
+        _log(f"task {task}: CPU priority {lower_cpu_priority(config.evaluation.nice)}")
     watchdog = None
     if not in_graph and task.type in ("chief", "worker"):
         watchdog = StartupWatchdog(task, tf_config, config.training.session_creation_timeout_secs)

@@ -54,10 +54,13 @@ def thread_settings(config: Config, task: TaskId):
     core, and two workers on two cores then run slower than one.
     """
     settings = config.task_settings(task.type, task.index)
-    if task.is_evaluator or task.type == "ps":
-        # The evaluator runs between checkpoints and must not steal training's
-        # cores; a ps task only applies updates.
-        auto_intra, auto_inter = 1, (1 if task.is_evaluator else 2)
+    if task.is_evaluator:
+        # At SCHED_IDLE the evaluator only ever uses cores training leaves
+        # idle, so it may have all of them, and the final evaluation (after
+        # training) is quick; merely niced, it keeps to one.
+        auto_intra, auto_inter = (available_cores() if config.evaluation.nice == "idle" else 1), 1
+    elif task.type == "ps":
+        auto_intra, auto_inter = 1, 2  # a ps task only applies updates
     else:
         host = task_host(config.cluster, task)
         trainers = [h for r, _, h in config.cluster.task_hosts() if r in ("chief", "worker") and _same_machine(h, host)]
@@ -109,6 +112,36 @@ def session_config(config: Config, task: TaskId) -> tf.compat.v1.ConfigProto:
         # waits for nor depends on the other workers.
         proto.device_filters.extend(["/job:ps", f"/job:{task.type}/task:{task.index}"])
     return proto
+
+
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def cpu_has_bfloat16(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
+    try:
+        with open(cpuinfo_path, encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return any(flag in line.split() for flag in BF16_CPU_FLAGS)
+    except OSError:
+        pass
+    return False
+
+
+def resolve_precision(setting: str) -> str:
+    """model.precision for this process: 'auto' picks the fastest type its devices compute natively.
+
+    Emulated 16-bit arithmetic is slower than float32, so auto never picks a
+    type the hardware lacks.
+    """
+    if setting != "auto":
+        return setting
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        capabilities = [tf.config.experimental.get_device_details(g).get("compute_capability") or (0, 0)
+                        for g in gpus]
+        return "mixed_float16" if all(tuple(c) >= (7, 0) for c in capabilities) else "float32"
+    return "mixed_bfloat16" if cpu_has_bfloat16() else "float32"
 
 
 def _visible(kind: str):

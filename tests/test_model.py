@@ -63,6 +63,36 @@ def test_predict_mode_has_mode_and_serving_signature():
     assert "serving_default" in spec.export_outputs
 
 
+@pytest.mark.parametrize("precision, compute_dtype", [("mixed_bfloat16", tf.bfloat16), ("mixed_float16", tf.float16)])
+def test_mixed_precision_computes_in_16_bits_and_keeps_float32_variables(precision, compute_dtype):
+    with tf.Graph().as_default() as graph:
+        features = {"image": tf.random.uniform([8, 28, 28, 1])}
+        labels = tf.constant(np.arange(8) % 10, tf.int64)
+        tf.compat.v1.train.get_or_create_global_step()
+        params = {"config": ModelConfig(), "batch_size_per_replica": 8, "max_steps": 100, "precision": precision}
+        spec = model_fn(features, labels, ModeKeys.TRAIN, params)
+        convolutions = [op for op in graph.get_operations() if op.type == "Conv2D"]
+        assert convolutions and all(op.get_attr("T") == compute_dtype for op in convolutions)
+        trainable = tf.compat.v1.trainable_variables()
+        assert trainable and all(v.dtype.base_dtype == tf.float32 for v in trainable)
+        assert spec.loss.dtype == tf.float32
+        loss_scaled = any("loss_scale" in v.op.name for v in tf.compat.v1.global_variables())
+        assert loss_scaled == (precision == "mixed_float16")
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            losses = [session.run([spec.loss, spec.train_op])[0] for _ in range(3)]
+        assert np.all(np.isfinite(losses))
+
+
+def test_evaluation_and_export_compute_in_float32_whatever_the_training_precision():
+    with tf.Graph().as_default() as graph:
+        params = {"config": ModelConfig(), "batch_size_per_replica": 8, "max_steps": 100,
+                  "precision": "mixed_bfloat16"}
+        model_fn({"image": tf.random.uniform([8, 28, 28, 1])}, None, ModeKeys.PREDICT, params)
+        convolutions = [op for op in graph.get_operations() if op.type == "Conv2D"]
+        assert convolutions and all(op.get_attr("T") == tf.float32 for op in convolutions)
+
+
 def test_networks_have_the_documented_shapes():
     classic = build_network("classic_cnn")
     classic.build((None, 28, 28, 1))
@@ -111,10 +141,12 @@ def test_gradient_is_the_same_for_one_or_two_replicas(tmp_path):
         np.testing.assert_allclose(single[name], double[name], rtol=1e-3, atol=1e-5, err_msg=name)
 
 
-def test_short_estimator_run_trains_evaluates_predicts_and_exports(tmp_path):
+@pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"])
+def test_short_estimator_run_trains_evaluates_predicts_and_exports(tmp_path, precision):
     images, labels = fake_mnist(256)
     config = config_from_dict({
         "cluster": {"chief": ["localhost:1"]},
+        "model": {"precision": precision},
         "training": {"batch_size_per_replica": 16, "max_steps": 2, "save_checkpoints_steps": 2},
         "evaluation": {"batch_size": 100},
         "model_dir": str(tmp_path / "model"),
