@@ -19,6 +19,7 @@ No TensorFlow is imported here.
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import re
@@ -34,6 +35,7 @@ from . import checkpoints
 from .cluster import TaskId, check_local, check_ports_free, chief_task, cluster_tasks, port_in_use
 from .config import Config
 from .errors import UsageError
+from .priority import lower_cpu_priority
 from . import netns
 
 POLL_SECS = 0.5
@@ -248,10 +250,15 @@ class Launcher:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus)) if gpus else "-1"
         return env
 
-    def _preexec(self) -> None:
+    def _preexec(self, task: TaskId) -> None:
         """Runs in each task between fork and exec."""
         _die_with_parent()
         os.umask(PRIVATE_UMASK)
+        if task.is_evaluator:
+            # Before exec, so that even importing TensorFlow does not compete
+            # with the trainers' start-up; the task applies it again itself
+            # for when it is started by hand.
+            lower_cpu_priority(self.config.evaluation.nice)
         if self.network is not None:
             self.network.join()
 
@@ -263,7 +270,7 @@ class Launcher:
         with os.fdopen(fd, "ab") as log:
             popen = subprocess.Popen(self.command_for(task), stdin=subprocess.DEVNULL, stdout=log,
                                      stderr=subprocess.STDOUT, env=self.environment(task),
-                                     start_new_session=True, preexec_fn=self._preexec)
+                                     start_new_session=True, preexec_fn=functools.partial(self._preexec, task))
         process = TaskProcess(task=task, popen=popen, log_path=log_path, started=time.time(), log_offset=offset)
         self.processes[task] = process
         self.all_processes.append(process)

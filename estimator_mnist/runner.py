@@ -20,6 +20,7 @@ import tensorflow as tf
 from . import checkpoints
 from .cluster import TaskId
 from .config import Config
+from .priority import lower_cpu_priority
 from .data import input_fn, serving_input_receiver_fn
 from .model import model_fn
 from .strategy import (build_train_strategy, configure_devices, resolve_precision, session_config, sync_replicas,
@@ -33,11 +34,6 @@ def _log(message: str) -> None:
     print(f"[estimator-mnist] {message}", file=sys.stderr, flush=True)
 
 
-class FinalEvaluationDone(Exception):
-    """Raised after the final export: Estimator's evaluator loop would otherwise
-    sleep a whole throttle_secs before noticing that training is over."""
-
-
 class RecordingExporter(tf.estimator.Exporter):
     """Wraps the SavedModel exporter and appends every evaluation to eval_results.jsonl.
 
@@ -46,10 +42,9 @@ class RecordingExporter(tf.estimator.Exporter):
     user) can read each evaluated step without parsing logs or event files.
     """
 
-    def __init__(self, inner: tf.estimator.Exporter, results_path: str, stop_after_final: bool = False):
+    def __init__(self, inner: tf.estimator.Exporter, results_path: str):
         self._inner = inner
         self._results_path = results_path
-        self._stop_after_final = stop_after_final
 
     @property
     def name(self):
@@ -72,8 +67,6 @@ class RecordingExporter(tf.estimator.Exporter):
             handle.write(json.dumps(record) + "\n")
         _log(f"evaluation: global_step={record['global_step']} accuracy={record['accuracy']:.4f} "
              f"loss={record['loss']:.4f} export={exported}")
-        if is_the_final_export and self._stop_after_final:
-            raise FinalEvaluationDone(record)
         return exported
 
 
@@ -237,7 +230,7 @@ class VariablePlacementHook(tf.compat.v1.train.SessionRunHook):
             _log(f"variable {variable.op.name} placed on {variable.device or '(default device)'}")
 
 
-def _exporter(config: Config, stop_after_final: bool = False) -> tf.estimator.Exporter:
+def _exporter(config: Config) -> tf.estimator.Exporter:
     evaluation = config.evaluation
     if evaluation.export == "best":
         inner = tf.estimator.BestExporter(name="best", serving_input_receiver_fn=serving_input_receiver_fn,
@@ -245,7 +238,7 @@ def _exporter(config: Config, stop_after_final: bool = False) -> tf.estimator.Ex
     else:
         inner = tf.estimator.LatestExporter(name="latest", serving_input_receiver_fn=serving_input_receiver_fn,
                                             exports_to_keep=evaluation.exports_to_keep)
-    return RecordingExporter(inner, os.path.join(config.model_dir, EVAL_RESULTS_FILE), stop_after_final)
+    return RecordingExporter(inner, os.path.join(config.model_dir, EVAL_RESULTS_FILE))
 
 
 def build_estimator(config: Config, task: TaskId, strategy=None) -> tf.estimator.Estimator:
@@ -269,7 +262,7 @@ def build_estimator(config: Config, task: TaskId, strategy=None) -> tf.estimator
     return tf.estimator.Estimator(model_fn=model_fn, config=run_config, params=params)
 
 
-def train_and_eval_specs(config: Config, make_dataset=None, hooks=(), stop_after_final_export=False):
+def train_and_eval_specs(config: Config, make_dataset=None, hooks=()):
     training = config.training
     common = dict(data_dir=config.data_dir, batch_size_per_replica=training.batch_size_per_replica,
                   eval_batch_size=config.evaluation.batch_size, shuffle_buffer=training.shuffle_buffer,
@@ -280,10 +273,43 @@ def train_and_eval_specs(config: Config, make_dataset=None, hooks=(), stop_after
     eval_spec = tf.estimator.EvalSpec(
         input_fn=functools.partial(input_fn, tf.estimator.ModeKeys.EVAL, make_dataset=make_dataset, **common),
         steps=None,  # the whole test split
-        exporters=[_exporter(config, stop_after_final_export)],
+        exporters=[_exporter(config)],
         start_delay_secs=config.evaluation.start_delay_secs,
         throttle_secs=config.evaluation.throttle_secs)
     return train_spec, eval_spec
+
+
+EVAL_POLL_SECS = 0.5
+
+
+def evaluate_checkpoints(estimator: tf.estimator.Estimator, eval_spec: tf.estimator.EvalSpec, max_steps: int,
+                         poll_secs: float = EVAL_POLL_SECS) -> dict:
+    """The evaluator task: scores and exports new checkpoints until the final one (step >= max_steps).
+
+    Estimator's own evaluator loop sleeps a whole throttle_secs after each
+    evaluation, so the final checkpoint could wait that long (10 s at the end
+    of a 2-minute run was seen), and then it sleeps once more before it
+    notices that training is over. Here throttle_secs only spaces out the
+    intermediate evaluations: the final checkpoint is scored as soon as it is
+    on disk, and the task returns right after its export.
+    """
+    time.sleep(eval_spec.start_delay_secs)
+    evaluated, last_start = None, float("-inf")
+    while True:
+        path = checkpoints.latest_checkpoint(estimator.model_dir)
+        step = checkpoints.latest_step(estimator.model_dir)
+        final = step is not None and step >= max_steps
+        if path and path != evaluated and (final or time.time() - last_start >= eval_spec.throttle_secs):
+            last_start = time.time()
+            result = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps, checkpoint_path=path,
+                                        hooks=eval_spec.hooks)
+            for exporter in eval_spec.exporters:
+                exporter.export(estimator, os.path.join(estimator.model_dir, "export", exporter.name), path,
+                                result, final)
+            evaluated = path
+            if final:
+                return result
+        time.sleep(poll_secs)
 
 
 def _configure_logging(task: TaskId) -> None:
@@ -318,33 +344,6 @@ def _describe(config: Config, task: TaskId, strategy) -> str:
             f"log_device_placement={config.session.log_device_placement} "
             f"operation_timeout_ms={config.session.operation_timeout_ms or 'none'} "
             f"model_dir={config.model_dir} pid={os.getpid()}")
-
-
-def lower_cpu_priority(nice) -> str:
-    """Lowers every thread of this process to SCHED_IDLE ('idle') or to a niceness; says what it did.
-
-    Linux applies both per thread and new threads inherit from their creator,
-    so the threads TensorFlow already started are changed one by one. With
-    SCHED_IDLE the evaluator takes only CPU time the trainers leave unused
-    (on 2 cores a niced evaluator still cost the trainers a third of their
-    throughput), and once training ends it gets every core for the final
-    evaluation.
-    """
-    threads = [int(t) for t in os.listdir("/proc/self/task")] if os.path.isdir("/proc/self/task") else [0]
-    if nice == "idle" and hasattr(os, "SCHED_IDLE"):
-        for tid in threads:
-            try:
-                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
-            except OSError:
-                pass  # the thread has ended
-        return "SCHED_IDLE (runs only on cores that training leaves idle)"
-    niceness = 19 if nice == "idle" else nice
-    for tid in threads:
-        try:
-            os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), niceness))
-        except OSError:
-            pass
-    return f"nice {niceness}"
 
 
 READY_POLL_SECS = 1.0
@@ -414,15 +413,14 @@ def run_task(config: Config, tf_config: dict) -> int:
         hooks.append(watchdog)
     if not task.is_evaluator:
         poll_for_ready_model_quickly()
-    train_spec, eval_spec = train_and_eval_specs(config, hooks=hooks, stop_after_final_export=task.is_evaluator)
-    try:
-        if in_graph and config.cluster.evaluator is not None:
-            # The evaluator process scores the checkpoints; evaluating here too
-            # would pause training at every checkpoint.
-            estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
-        else:
-            tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
-    except FinalEvaluationDone:
-        pass
+    train_spec, eval_spec = train_and_eval_specs(config, hooks=hooks)
+    if task.is_evaluator:
+        evaluate_checkpoints(estimator, eval_spec, config.training.max_steps)
+    elif in_graph and config.cluster.evaluator is not None:
+        # The evaluator process scores the checkpoints; evaluating here too
+        # would pause training at every checkpoint.
+        estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
+    else:
+        tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
     _log(f"task {task} finished")
     return 0

@@ -106,6 +106,11 @@ def session_config(config: Config, task: TaskId) -> tf.compat.v1.ConfigProto:
         # Graph sessions and the task's server build their devices from the
         # ConfigProto, not from tf.config's logical devices.
         proto.device_count["CPU"] = cpus
+    if resolve_precision(config.model.precision) == "mixed_bfloat16":
+        from tensorflow.core.protobuf import rewriter_config_pb2  # pylint: disable=import-outside-toplevel
+        # In a cluster session grappler fuses bfloat16 Conv2D+BiasAdd+Relu into
+        # a _FusedConv2D that has no bfloat16 CPU kernel, and the step fails.
+        proto.graph_options.rewrite_options.remapping = rewriter_config_pb2.RewriterConfig.OFF
     if config.strategy.name == "parameter_server_sync" and task.type in ("chief", "worker"):
         # Estimator sets these filters only when it builds the session config
         # itself: a worker talks to the ps tasks and to itself, so it neither

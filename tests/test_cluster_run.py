@@ -48,6 +48,11 @@ def test_two_workers_train_evaluate_and_export(tmp_path, mnist_data_dir):
         log = (Path(summary["log_dir"]) / f"{task}.log").read_text()
         assert "replicas_in_sync=2" in log and "loss = " in log
         assert "communication=ring collective_timeout_secs=300" in log
+        # Each trainer timed its own steps: the first, every tenth, and the last.
+        times = json.loads((tmp_path / "run" / "step_times" / f"{task}.json").read_text())["step_times"]
+        steps = [step for step, _ in times]
+        assert steps[0] == 1 and steps[-1] == 60 and 30 in steps
+        assert all(a[1] <= b[1] for a, b in zip(times, times[1:]))
 
     import tensorflow as tf
     from estimator_mnist.data import load_split

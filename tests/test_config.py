@@ -60,6 +60,8 @@ EXPECTED = {
     "network_mode_typo.yaml": r"launcher\.network must be one of auto, private, host, got 'none'",
     "keep_one_checkpoint_with_evaluator.yaml": r"training\.keep_checkpoint_max must be at least 2 when the cluster has an evaluator",
     "memory_fraction_too_big.yaml": r"tasks\.chief\.gpu_memory_fraction must be between 0 and 1, got 1\.5",
+    "precision_typo.yaml": r"model\.precision must be one of auto, float32, mixed_bfloat16, mixed_float16, got 'bf16'",
+    "evaluator_nice_out_of_range.yaml": r"evaluation\.nice must be 'idle' or a whole number between 0 and 19, got 25",
 }
 
 

@@ -1,6 +1,9 @@
 """model_fn in every mode, the global-batch loss, and a short Estimator run on injected data."""
 
 import functools
+import os
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -235,21 +238,38 @@ def test_teardown_watchdog_exits_only_once_the_work_is_saved(tmp_path, evaluates
     assert "training ended at step 5 and its results are saved, but this task is still blocked 1 s later" in result.stderr
 
 
-def test_evaluator_stops_right_after_the_final_export(tmp_path):
-    class FakeExporter(tf.estimator.Exporter):
-        name = "fake"
-
-        def export(self, *args):
-            return "/exports/9"
-
-    recorder = runner.RecordingExporter(FakeExporter(), str(tmp_path / "eval_results.jsonl"), stop_after_final=True)
-    result = {"global_step": 5, "accuracy": 0.9, "loss": 0.3}
-    assert recorder.export(None, "x", "ckpt-5", result, False) == "/exports/9"
-    with pytest.raises(runner.FinalEvaluationDone):
-        recorder.export(None, "x", "ckpt-9", {**result, "global_step": 9}, True)
+def test_evaluator_scores_new_checkpoints_and_the_final_one_without_waiting_out_the_throttle(tmp_path):
+    images, labels = fake_mnist(64)
+    config = config_from_dict({
+        "cluster": {"chief": ["localhost:1"], "evaluator": "localhost"},
+        "training": {"batch_size_per_replica": 8, "max_steps": 4, "save_checkpoints_steps": 2},
+        "evaluation": {"batch_size": 32, "throttle_secs": 3600, "start_delay_secs": 0},
+        "model_dir": str(tmp_path / "model"),
+    }, "test")
     from estimator_mnist.checkpoints import read_eval_results
+    from estimator_mnist.cluster import TaskId
 
-    assert [r["global_step"] for r in read_eval_results(str(tmp_path))] == [5, 9]  # recorded before stopping
+    estimator = runner.build_estimator(config, TaskId("chief", 0))
+    train_spec, eval_spec = runner.train_and_eval_specs(config, make_dataset=lambda split: dataset_of(images, labels))
+    estimator.train(train_spec.input_fn, max_steps=2)
+    done = threading.Event()
+    evaluator = threading.Thread(target=lambda: (runner.evaluate_checkpoints(estimator, eval_spec, 4, poll_secs=0.1),
+                                                 done.set()))
+    evaluator.start()
+    deadline = time.time() + 60
+    while not read_eval_results(config.model_dir) and time.time() < deadline:
+        time.sleep(0.1)
+    assert [r["global_step"] for r in read_eval_results(config.model_dir)] == [2]
+    assert not done.is_set()  # step 2 is not the end of training
+    estimator.train(train_spec.input_fn, max_steps=4)
+    final_saved = time.time()
+    assert done.wait(60), "the evaluator did not stop after the final checkpoint"
+    # The hour-long throttle delayed nothing: the final checkpoint is scored at once.
+    assert time.time() - final_saved < 30
+    records = read_eval_results(config.model_dir)
+    assert [r["global_step"] for r in records] == [2, 4]
+    assert records[-1]["final"] is True and os.path.isdir(records[-1]["export"])
+    evaluator.join()
 
 
 def test_cosine_schedule_decays_to_a_tenth():

@@ -53,7 +53,34 @@ def test_auto_threads_split_the_cores_between_trainers_of_one_machine(monkeypatc
     assert S.thread_settings(config, TaskId("chief", 0)) == (4, 2)  # chief and worker:0 share this machine
     assert S.thread_settings(config, TaskId("worker", 1)) == (8, 2)  # alone on its machine
     assert S.thread_settings(config, TaskId("ps", 0)) == (1, 2)
-    assert S.thread_settings(config, TaskId("evaluator", 0)) == (1, 1)
+    # At SCHED_IDLE (the default) the evaluator may use every core training leaves idle.
+    assert S.thread_settings(config, TaskId("evaluator", 0)) == (8, 1)
+    niced = make_config({"chief": ["localhost:2222"], "evaluator": "localhost"}, evaluation={"nice": 10})
+    assert S.thread_settings(niced, TaskId("evaluator", 0)) == (1, 1)
+
+
+def test_auto_precision_follows_the_cpu(tmp_path, monkeypatch):
+    with_bf16 = tmp_path / "bf16"
+    with_bf16.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 amx_tile\n")
+    without = tmp_path / "plain"
+    without.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n")
+    assert S.cpu_has_bfloat16(str(with_bf16)) and not S.cpu_has_bfloat16(str(without))
+    assert not S.cpu_has_bfloat16(str(tmp_path / "missing"))
+    monkeypatch.setattr(S, "cpu_has_bfloat16", lambda: True)
+    assert S.resolve_precision("auto") == "mixed_bfloat16"
+    assert S.resolve_precision("float32") == "float32"
+    monkeypatch.setattr(S, "cpu_has_bfloat16", lambda: False)
+    assert S.resolve_precision("auto") == "float32"
+
+
+def test_bfloat16_turns_off_the_fusion_that_has_no_bfloat16_kernel():
+    from tensorflow.core.protobuf import rewriter_config_pb2
+
+    off = rewriter_config_pb2.RewriterConfig.OFF
+    bf16 = S.session_config(make_config(model={"precision": "mixed_bfloat16"}), TaskId("chief", 0))
+    assert bf16.graph_options.rewrite_options.remapping == off
+    fp32 = S.session_config(make_config(model={"precision": "float32"}), TaskId("chief", 0))
+    assert fp32.graph_options.rewrite_options.remapping != off
 
 
 def test_sync_ps_workers_only_talk_to_the_ps_tasks_and_themselves():
