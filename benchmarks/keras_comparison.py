@@ -59,6 +59,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from estimator_mnist.config import default_data_dir, load_config  # noqa: E402
+from estimator_mnist.cpu import cpu_has_bfloat16  # noqa: E402
 
 DEFAULT_CONFIG = REPO / "config" / "local.yaml"
 TRAINER_TEMPLATE = """
@@ -79,15 +80,19 @@ PIPELINE_PROBE = r"""
 import sys, time
 import tensorflow as tf
 from estimator_mnist.data import input_fn
-data_dir, batch, batches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+data_dir, batch, shards, cached_batches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
-dataset = input_fn(tf.estimator.ModeKeys.TRAIN, data_dir=data_dir, batch_size_per_replica=batch)
-count = lambda d: int(d.reduce(0, lambda n, _: n + 1))
-count(dataset.take(batches))  # the first pass decodes and fills the cache, as a run's first epoch does
-started = time.perf_counter()
-count(dataset.take(batches))
-print(batches * batch / (time.perf_counter() - started))
+# Worker 0's pipeline of a cluster with `shards` workers, as Estimator builds it.
+context = tf.distribute.InputContext(num_input_pipelines=shards, input_pipeline_id=0, num_replicas_in_sync=shards)
+batches = iter(input_fn(tf.estimator.ModeKeys.TRAIN, context, data_dir=data_dir, batch_size_per_replica=batch))
+def rate(count):
+    started = time.perf_counter()
+    for _ in range(count):
+        next(batches)
+    return count * batch / (time.perf_counter() - started)
+# The first epoch reads and decodes the TFDS records and fills the in-memory cache; later ones read the cache.
+print(rate(60000 // shards // batch), rate(cached_batches))
 """
 
 
@@ -214,13 +219,15 @@ def run_reference(workdir: Path, data_dir: str, workers: int, steps: int, batch:
     raise SystemExit(f"no free ports for the Keras reference after {attempts} attempts")
 
 
-def pipeline_images_per_sec(data_dir: str, batch: int, batches: int) -> float:
-    probe = subprocess.run([sys.executable, "-c", PIPELINE_PROBE, data_dir, str(batch), str(batches)], cwd=REPO,
-                           capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-                           timeout=900)
+def pipeline_images_per_sec(data_dir: str, batch: int, shards: int, cached_batches: int) -> dict:
+    """Images/s of one worker's input_fn alone, on one thread: first epoch (decoding) and cached epochs."""
+    probe = subprocess.run([sys.executable, "-c", PIPELINE_PROBE, data_dir, str(batch), str(shards),
+                            str(cached_batches)], cwd=REPO, capture_output=True, text=True,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), timeout=900)
     if probe.returncode != 0:
         raise SystemExit(f"the input pipeline probe failed:\n{probe.stderr[-3000:]}")
-    return float(probe.stdout.strip().splitlines()[-1])
+    first_epoch, cached = map(float, probe.stdout.strip().splitlines()[-1].split())
+    return {"first_epoch": first_epoch, "cached": cached}
 
 
 def default_run(workdir: Path, max_steps: Optional[int], timeout: float) -> dict:
@@ -233,6 +240,8 @@ def default_run(workdir: Path, max_steps: Optional[int], timeout: float) -> dict
         text = text.replace(f"localhost:{address.port}", f"localhost:{port}")
     if max_steps is not None:
         text = text.replace(f"max_steps: {config.training.max_steps}", f"max_steps: {max_steps}")
+        text = text.replace(f"save_checkpoints_steps: {config.training.save_checkpoints_steps}",
+                            f"save_checkpoints_steps: {min(max_steps, config.training.save_checkpoints_steps)}")
     config_path = run_dir / "local.yaml"
     config_path.write_text(text + f"\nrun_dir: {run_dir}\ndata_dir: {config.data_dir}\n")
     launched = time.time()
@@ -308,7 +317,9 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="intra- and inter-op threads of every task, both systems")
     parser.add_argument("--workers", default="1,2", help="comma-separated worker counts")
     parser.add_argument("--learning-rate", type=float, default=0.001)
-    parser.add_argument("--pipeline-batches", type=int, default=400)
+    parser.add_argument("--pipeline-batches", type=int, default=400, help="cached batches the pipeline probe times")
+    parser.add_argument("--pipeline-shards", type=int, default=2,
+                        help="the probe times worker 0's pipeline of a cluster this big (its first epoch is 60000/N)")
     parser.add_argument("--skip-default-run", action="store_true", help="leave out the time to 99%% (saves ~4 min)")
     parser.add_argument("--default-max-steps", type=int, help="shorten the default run (smoke tests)")
     parser.add_argument("--timeout", type=float, default=1200, help="seconds allowed per run")
@@ -317,7 +328,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path, help="write every figure here (default: runs/bench/keras_comparison.json)")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.repeats, args.steps, args.workers, args.pipeline_batches = 1, 20, "2", 20
+        args.repeats, args.steps, args.workers, args.pipeline_batches, args.pipeline_shards = 1, 20, "2", 20, 30
         args.default_max_steps = args.default_max_steps or 20
     json_path = args.json or REPO / "runs" / "bench" / "keras_comparison.json"
     worker_counts = [int(w) for w in args.workers.split(",")]
@@ -327,7 +338,6 @@ def main(argv=None) -> int:
     # The trainer "as its defaults configure it": what a task on this machine resolves precision=auto to.
     default_precision = defaults.model.precision
     if default_precision == "auto":
-        from estimator_mnist.strategy import cpu_has_bfloat16  # noqa: E402 (imports TensorFlow)
         default_precision = "mixed_bfloat16" if cpu_has_bfloat16() else "float32"
     bf16_label = f"defaults ({default_precision}, batch {defaults.training.batch_size_per_replica}, auto threads)"
     runs: List[Run] = []
@@ -353,7 +363,7 @@ def main(argv=None) -> int:
                 print(f"rep {repetition + 1} trainer   2w {bf16_label}: {result.images_per_sec:7.0f} img/s  "
                       f"first step {result.seconds_to_first_step:5.1f} s  last step {result.seconds_to_last_step:6.1f} s"
                       f"  exit {result.seconds_to_exit:6.1f} s  accuracy {result.accuracy}", flush=True)
-        pipeline = {batch: pipeline_images_per_sec(data_dir, batch, args.pipeline_batches)
+        pipeline = {batch: pipeline_images_per_sec(data_dir, batch, args.pipeline_shards, args.pipeline_batches)
                     for batch in sorted({args.batch, defaults.training.batch_size_per_replica})}
         default = None if args.skip_default_run else default_run(work, args.default_max_steps, args.timeout)
 
@@ -373,8 +383,9 @@ def main(argv=None) -> int:
           f"steady window {_window(args.steps, args.warmup)}, {args.threads} intra/inter-op thread(s) per task "
           f"in the like-for-like runs; median (min-max)\n")
     print("\n".join(lines))
-    print("\ninput pipeline alone, one thread: " + ", ".join(
-        f"batch {b}: {v:.0f} images/s" for b, v in pipeline.items()))
+    print(f"\ninput pipeline alone (input_fn, no model, one thread, one of {args.pipeline_shards} shards), images/s: "
+          + "; ".join(f"batch {b}: first epoch {v['first_epoch']:.0f}, cached {v['cached']:.0f}"
+                      for b, v in pipeline.items()))
     if default:
         print(f"default config ({DEFAULT_CONFIG.relative_to(REPO)}, max_steps {default['max_steps']}): "
               f"first step {default['seconds_to_first_step']:.1f} s after launch; "
@@ -386,7 +397,7 @@ def main(argv=None) -> int:
     json_path.write_text(json.dumps({
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine, "args": {k: str(v) for k, v in vars(args).items()},
         "runs": [dataclasses.asdict(r) for r in runs], "table": lines,
-        "input_pipeline_images_per_sec": pipeline, "default_run": default,
+        "input_pipeline": pipeline, "default_run": default,
         "fp32_2w_ratios": fp32_ratio, "bf16_2w_ratios": bf16_ratio, "exit_over_last_step": exit_ratios,
         "seconds": time.time() - started}, indent=2) + "\n")
     print(f"figures: {json_path}")

@@ -207,10 +207,12 @@ class ModelConfig:
     network: str = _opt("classic_cnn", choices=NETWORKS,
                         doc="classic_cnn: conv5x5x32-pool-conv5x5x64-pool-dense500; tutorial_cnn: conv3x3x32-pool-dense64")
     optimizer: str = _opt("adam", choices=OPTIMIZERS)
-    learning_rate: float = _opt(0.001, check=_positive, kind=float)
+    learning_rate: float = _opt(0.003, check=_positive, kind=float)
     lr_schedule: str = _opt("cosine", choices=LR_SCHEDULES,
                             doc="cosine: decay from learning_rate to a tenth of it at training.max_steps")
     momentum: float = _opt(0.9, check=_fraction, kind=float, doc="used by optimizer: momentum")
+    dropout: float = _opt(0.4, check=_fraction, kind=float,
+                          doc="dropout rate before the last layer while training (classic_cnn: after dense500)")
     precision: str = _opt("auto", choices=PRECISIONS,
                           doc="training compute type; variables stay float32. auto: mixed_float16 on GPUs of compute "
                               "capability 7.0+, mixed_bfloat16 on CPUs with bfloat16 instructions (AMX or "
@@ -219,9 +221,9 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    batch_size_per_replica: int = _opt(64, check=_positive, kind=int)
-    max_steps: int = _opt(2000, check=_positive, kind=int)
-    save_checkpoints_steps: int = _opt(500, check=_positive, kind=int)
+    batch_size_per_replica: int = _opt(256, check=_positive, kind=int)
+    max_steps: int = _opt(700, check=_positive, kind=int)
+    save_checkpoints_steps: int = _opt(100, check=_positive, kind=int)
     keep_checkpoint_max: int = _opt(5, check=_positive, kind=int)
     log_step_count_steps: int = _opt(100, check=_positive, kind=int)
     shuffle_buffer: int = _opt(10000, check=_positive, kind=int)
@@ -229,7 +231,7 @@ class TrainingConfig:
     session_creation_timeout_secs: int = _opt(300, check=_positive, kind=int,
                                               doc="a trainer whose cluster has not formed by then names the "
                                                   "peers that do not answer and stops (Estimator's own: 2 hours)")
-    teardown_timeout_secs: int = _opt(10, check=_positive, kind=int,
+    teardown_timeout_secs: int = _opt(3, check=_positive, kind=int,
                                       doc="exit when closing the session still blocks this long after the last step")
 
 

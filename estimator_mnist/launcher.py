@@ -35,7 +35,7 @@ from . import checkpoints
 from .cluster import TaskId, check_local, check_ports_free, chief_task, cluster_tasks, port_in_use
 from .config import Config
 from .errors import UsageError
-from .priority import lower_cpu_priority
+from .cpu import lower_cpu_priority
 from . import netns
 
 POLL_SECS = 0.5

@@ -15,7 +15,7 @@ from .data import IMAGE_KEY
 NUM_CLASSES = 10
 
 
-def build_network(name: str, precision: str = "float32") -> tf.keras.Model:
+def build_network(name: str, precision: str = "float32", dropout: float = 0.0) -> tf.keras.Model:
     """The network; with a mixed precision the layers compute in 16 bits and keep float32 variables.
 
     The logits always come out in float32: softmax and cross-entropy in 16
@@ -32,6 +32,7 @@ def build_network(name: str, precision: str = "float32") -> tf.keras.Model:
             layers.MaxPooling2D(2, dtype=dtype),
             layers.Flatten(dtype=dtype),
             layers.Dense(500, activation="relu", dtype=dtype),
+            *([layers.Dropout(dropout, dtype=dtype)] if dropout else []),
             layers.Dense(NUM_CLASSES, dtype=dtype),
         ]
     elif name == "tutorial_cnn":
@@ -40,6 +41,7 @@ def build_network(name: str, precision: str = "float32") -> tf.keras.Model:
             layers.MaxPooling2D(2, dtype=dtype),
             layers.Flatten(dtype=dtype),
             layers.Dense(64, activation="relu", dtype=dtype),
+            *([layers.Dropout(dropout, dtype=dtype)] if dropout else []),
             layers.Dense(NUM_CLASSES, dtype=dtype),
         ]
     else:
@@ -110,7 +112,7 @@ def model_fn(features, labels, mode, params, config=None):
     # way, so evaluation and the exported SavedModel use float32, which is as
     # accurate and runs on any machine that serves it.
     precision = params.get("precision", "float32") if mode == tf.estimator.ModeKeys.TRAIN else "float32"
-    network = build_network(model_config.network, precision)
+    network = build_network(model_config.network, precision, model_config.dropout)
     logits = network(images, training=mode == tf.estimator.ModeKeys.TRAIN)
     class_ids = tf.argmax(logits, axis=1, output_type=tf.int32)
 

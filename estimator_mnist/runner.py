@@ -20,7 +20,7 @@ import tensorflow as tf
 from . import checkpoints
 from .cluster import TaskId
 from .config import Config
-from .priority import lower_cpu_priority
+from .cpu import lower_cpu_priority
 from .data import input_fn, serving_input_receiver_fn
 from .model import model_fn
 from .strategy import (build_train_strategy, configure_devices, resolve_precision, session_config, sync_replicas,

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from .cluster import TaskId, task_host
 from .config import Config, device_index
+from .cpu import available_cores, cpu_has_bfloat16
 from .errors import UsageError
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -34,13 +35,6 @@ _COMMUNICATION = {
     "ring": tf.distribute.experimental.CommunicationImplementation.RING,
     "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
 }
-
-
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def _same_machine(a: str, b: str) -> bool:
@@ -117,20 +111,6 @@ def session_config(config: Config, task: TaskId) -> tf.compat.v1.ConfigProto:
         # waits for nor depends on the other workers.
         proto.device_filters.extend(["/job:ps", f"/job:{task.type}/task:{task.index}"])
     return proto
-
-
-BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
-
-
-def cpu_has_bfloat16(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
-    try:
-        with open(cpuinfo_path, encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    return any(flag in line.split() for flag in BF16_CPU_FLAGS)
-    except OSError:
-        pass
-    return False
 
 
 def resolve_precision(setting: str) -> str:

@@ -60,6 +60,7 @@ EXPECTED = {
     "network_mode_typo.yaml": r"launcher\.network must be one of auto, private, host, got 'none'",
     "keep_one_checkpoint_with_evaluator.yaml": r"training\.keep_checkpoint_max must be at least 2 when the cluster has an evaluator",
     "memory_fraction_too_big.yaml": r"tasks\.chief\.gpu_memory_fraction must be between 0 and 1, got 1\.5",
+    "dropout_one.yaml": r"model\.dropout must be in \[0, 1\), got 1\.0",
     "precision_typo.yaml": r"model\.precision must be one of auto, float32, mixed_bfloat16, mixed_float16, got 'bf16'",
     "evaluator_nice_out_of_range.yaml": r"evaluation\.nice must be 'idle' or a whole number between 0 and 19, got 25",
 }
@@ -159,7 +160,8 @@ def test_describe_keys_lists_every_section_key():
 def test_config_parsing_imports_no_tensorflow():
     code = ("import sys; from estimator_mnist.config import load_config; "
             f"load_config({str(REPO / 'config' / 'local.yaml')!r}); "
-            "import estimator_mnist.cluster, estimator_mnist.launcher, estimator_mnist.cli; "
+            "import estimator_mnist.cluster, estimator_mnist.launcher, estimator_mnist.cli, estimator_mnist.cpu, "
+            "estimator_mnist.checkpoints; "
             "print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip() == "False"

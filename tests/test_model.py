@@ -96,6 +96,12 @@ def test_evaluation_and_export_compute_in_float32_whatever_the_training_precisio
         assert convolutions and all(op.get_attr("T") == tf.float32 for op in convolutions)
 
 
+def test_dropout_is_a_layer_before_the_logits_only_when_asked_for():
+    assert not any(isinstance(layer, tf.keras.layers.Dropout) for layer in build_network("classic_cnn").layers)
+    layers = build_network("classic_cnn", dropout=0.4).layers
+    assert isinstance(layers[-2], tf.keras.layers.Dropout) and layers[-2].rate == pytest.approx(0.4)
+
+
 def test_networks_have_the_documented_shapes():
     classic = build_network("classic_cnn")
     classic.build((None, 28, 28, 1))

@@ -64,8 +64,10 @@ def test_auto_precision_follows_the_cpu(tmp_path, monkeypatch):
     with_bf16.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 amx_tile\n")
     without = tmp_path / "plain"
     without.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n")
-    assert S.cpu_has_bfloat16(str(with_bf16)) and not S.cpu_has_bfloat16(str(without))
-    assert not S.cpu_has_bfloat16(str(tmp_path / "missing"))
+    from estimator_mnist.cpu import cpu_has_bfloat16
+
+    assert cpu_has_bfloat16(str(with_bf16)) and not cpu_has_bfloat16(str(without))
+    assert not cpu_has_bfloat16(str(tmp_path / "missing"))
     monkeypatch.setattr(S, "cpu_has_bfloat16", lambda: True)
     assert S.resolve_precision("auto") == "mixed_bfloat16"
     assert S.resolve_precision("float32") == "float32"

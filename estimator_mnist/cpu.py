@@ -1,8 +1,32 @@
-"""CPU priority of the evaluator, without TensorFlow (the launcher applies it before exec)."""
+"""This machine's CPUs, without TensorFlow: cores, bfloat16 support, and the evaluator's priority.
+
+The launcher and the benchmarks use these before any TensorFlow is loaded.
+"""
 
 from __future__ import annotations
 
 import os
+
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def cpu_has_bfloat16(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
+    """Whether the CPU computes bfloat16 natively (AMX or AVX512_BF16); emulated, it is slower than float32."""
+    try:
+        with open(cpuinfo_path, encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return any(flag in line.split() for flag in BF16_CPU_FLAGS)
+    except OSError:
+        pass
+    return False
 
 
 def lower_cpu_priority(nice) -> str:

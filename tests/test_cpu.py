@@ -9,7 +9,7 @@ from conftest import REPO
 # Starts a thread first: the priority must reach threads that already exist, not only new ones.
 PROBE = r"""
 import os, sys, threading
-from estimator_mnist.priority import lower_cpu_priority
+from estimator_mnist.cpu import lower_cpu_priority
 ready, done = threading.Event(), threading.Event()
 def idle():
     ready.set(); done.wait()
