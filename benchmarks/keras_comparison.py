@@ -3,8 +3,9 @@
 For each repetition, and for 1 and 2 workers, it runs A B A B: this trainer
 (`estimator-mnist launch`, chief + workers + evaluator) and the Keras reference
 (benchmarks/keras_reference.py, one process per worker) on identical work:
-the same network, input pipeline and shards, per-worker batch, Adam with the
-same constant learning rate, steps and thread settings (--threads for intra-
+the same network (without dropout, as the reference has none), input
+pipeline and shards, per-worker batch, Adam with the same constant learning
+rate, steps and thread settings (--threads for intra-
 and inter-op). Then, for 2 workers, the trainer as its defaults configure it
 (config/local.yaml's batch and precision, automatic threads) on the same
 number of steps. It reports, with medians and min-max over the repetitions:
@@ -68,7 +69,7 @@ cluster:
   worker: [{workers}]
   evaluator: localhost
 strategy: multi_worker_mirrored
-model: {{precision: {precision}, lr_schedule: constant, learning_rate: {learning_rate}}}
+model: {{precision: {precision}, lr_schedule: constant, learning_rate: {learning_rate}, dropout: 0.0}}
 tasks:
   all: {{intra_op_threads: {intra}, inter_op_threads: {inter}}}
 training: {{batch_size_per_replica: {batch}, max_steps: {steps}, save_checkpoints_steps: {steps}}}

@@ -124,7 +124,8 @@ def test_global_batch_loss_divides_by_the_global_batch():
 
 def _one_sgd_step(tmp_path, name, strategy, batch_size_per_replica, learning_rate=0.5, warm_start_from=None):
     images, labels = fake_mnist(8)
-    model_config = ModelConfig(optimizer="momentum", momentum=0.0, learning_rate=learning_rate, lr_schedule="constant")
+    model_config = ModelConfig(optimizer="momentum", momentum=0.0, learning_rate=learning_rate, lr_schedule="constant",
+                               dropout=0.0)  # dropout would make the two runs differ at random
     run_config = tf.estimator.RunConfig(model_dir=str(tmp_path / name), train_distribute=strategy, tf_random_seed=7)
     estimator = tf.estimator.Estimator(
         model_fn, config=run_config, warm_start_from=warm_start_from,
