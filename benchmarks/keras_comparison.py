@@ -65,8 +65,7 @@ from estimator_mnist.cpu import cpu_has_bfloat16  # noqa: E402
 DEFAULT_CONFIG = REPO / "config" / "local.yaml"
 TRAINER_TEMPLATE = """
 cluster:
-  chief: ["localhost:{p0}"]
-  worker: [{workers}]
+  chief: ["localhost:{p0}"]{workers}
   evaluator: localhost
 strategy: multi_worker_mirrored
 model: {{precision: {precision}, lr_schedule: constant, learning_rate: {learning_rate}, dropout: 0.0}}
@@ -173,7 +172,8 @@ def run_trainer(workdir: Path, data_dir: str, workers: int, steps: int, batch: i
     ports = free_ports(workers)
     config_path = run_dir / "cluster.yaml"
     config_path.write_text(TRAINER_TEMPLATE.format(
-        p0=ports[0], workers=", ".join(f'"localhost:{p}"' for p in ports[1:]), precision=precision,
+        p0=ports[0], precision=precision,
+        workers=("\n  worker: [" + ", ".join(f'"localhost:{p}"' for p in ports[1:]) + "]") if workers > 1 else "",
         learning_rate=learning_rate, intra=threads[0], inter=threads[1], batch=batch, steps=steps,
         run_dir=run_dir, data_dir=data_dir))
     launched = time.time()

@@ -223,7 +223,7 @@ class ModelConfig:
 class TrainingConfig:
     batch_size_per_replica: int = _opt(256, check=_positive, kind=int)
     max_steps: int = _opt(700, check=_positive, kind=int)
-    save_checkpoints_steps: int = _opt(100, check=_positive, kind=int)
+    save_checkpoints_steps: int = _opt(200, check=_positive, kind=int)
     keep_checkpoint_max: int = _opt(5, check=_positive, kind=int)
     log_step_count_steps: int = _opt(100, check=_positive, kind=int)
     shuffle_buffer: int = _opt(10000, check=_positive, kind=int)

@@ -49,10 +49,11 @@ def thread_settings(config: Config, task: TaskId):
     """
     settings = config.task_settings(task.type, task.index)
     if task.is_evaluator:
-        # At SCHED_IDLE the evaluator only ever uses cores training leaves
-        # idle, so it may have all of them, and the final evaluation (after
-        # training) is quick; merely niced, it keeps to one.
-        auto_intra, auto_inter = (available_cores() if config.evaluation.nice == "idle" else 1), 1
+        # One thread: even at SCHED_IDLE an evaluator on every core slowed
+        # the trainers sharing its machine by a quarter (caches, memory
+        # bandwidth); with one it costs little, and the final evaluation
+        # of 10k images still takes only seconds.
+        auto_intra, auto_inter = 1, 1
     elif task.type == "ps":
         auto_intra, auto_inter = 1, 2  # a ps task only applies updates
     else:
@@ -100,10 +101,11 @@ def session_config(config: Config, task: TaskId) -> tf.compat.v1.ConfigProto:
         # Graph sessions and the task's server build their devices from the
         # ConfigProto, not from tf.config's logical devices.
         proto.device_count["CPU"] = cpus
-    if resolve_precision(config.model.precision) == "mixed_bfloat16":
+    if not task.is_evaluator and resolve_precision(config.model.precision) == "mixed_bfloat16":
         from tensorflow.core.protobuf import rewriter_config_pb2  # pylint: disable=import-outside-toplevel
         # In a cluster session grappler fuses bfloat16 Conv2D+BiasAdd+Relu into
         # a _FusedConv2D that has no bfloat16 CPU kernel, and the step fails.
+        # The evaluator computes in float32 and keeps the fusion.
         proto.graph_options.rewrite_options.remapping = rewriter_config_pb2.RewriterConfig.OFF
     if config.strategy.name == "parameter_server_sync" and task.type in ("chief", "worker"):
         # Estimator sets these filters only when it builds the session config

@@ -56,7 +56,8 @@ def test_tf_config_command_prints_the_json():
 
 
 def test_keys_and_validate():
-    assert "batch_size_per_replica: 64" in run_cli("keys").stdout
+    keys = run_cli("keys").stdout
+    assert "batch_size_per_replica: 256" in keys and "precision: 'auto'" in keys and "nice: 'idle'" in keys
     result = run_cli("validate", "--cluster", "config/two_workers.yaml")
     assert result.returncode == 0 and "tasks worker:0, worker:1, evaluator:0" in result.stdout
 

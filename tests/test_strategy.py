@@ -53,10 +53,7 @@ def test_auto_threads_split_the_cores_between_trainers_of_one_machine(monkeypatc
     assert S.thread_settings(config, TaskId("chief", 0)) == (4, 2)  # chief and worker:0 share this machine
     assert S.thread_settings(config, TaskId("worker", 1)) == (8, 2)  # alone on its machine
     assert S.thread_settings(config, TaskId("ps", 0)) == (1, 2)
-    # At SCHED_IDLE (the default) the evaluator may use every core training leaves idle.
-    assert S.thread_settings(config, TaskId("evaluator", 0)) == (8, 1)
-    niced = make_config({"chief": ["localhost:2222"], "evaluator": "localhost"}, evaluation={"nice": 10})
-    assert S.thread_settings(niced, TaskId("evaluator", 0)) == (1, 1)
+    assert S.thread_settings(config, TaskId("evaluator", 0)) == (1, 1)
 
 
 def test_auto_precision_follows_the_cpu(tmp_path, monkeypatch):
@@ -83,6 +80,8 @@ def test_bfloat16_turns_off_the_fusion_that_has_no_bfloat16_kernel():
     assert bf16.graph_options.rewrite_options.remapping == off
     fp32 = S.session_config(make_config(model={"precision": "float32"}), TaskId("chief", 0))
     assert fp32.graph_options.rewrite_options.remapping != off
+    evaluator = S.session_config(make_config(model={"precision": "mixed_bfloat16"}), TaskId("evaluator", 0))
+    assert evaluator.graph_options.rewrite_options.remapping != off  # it evaluates in float32
 
 
 def test_sync_ps_workers_only_talk_to_the_ps_tasks_and_themselves():
