@@ -105,6 +105,18 @@ class ReleaseSyncTokensHook(tf.compat.v1.train.SessionRunHook):
             pass  # the ps tasks are already gone: nobody is left waiting on them
 
 
+def _float32_variables(network: tf.keras.Model):
+    """The network's trainable variables, without Keras's mixed-precision wrappers.
+
+    Under a mixed policy Keras wraps each variable in an AutoCastVariable
+    (private `_variable` holds the float32 one). In-graph MirroredStrategy
+    does not recognise the wrappers of one variable on several replicas as
+    one mirrored variable, and Adam's slot creation failed on a PerReplica;
+    the optimizer is given the float32 variables themselves.
+    """
+    return [getattr(v, "_variable", v) for v in network.trainable_variables]
+
+
 def model_fn(features, labels, mode, params, config=None):
     model_config = params["config"]
     images = features[IMAGE_KEY] if isinstance(features, dict) else features
@@ -159,7 +171,7 @@ def model_fn(features, labels, mode, params, config=None):
         optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
             optimizer, replicas_to_aggregate=replicas_to_aggregate, total_num_replicas=total_replicas)
         hooks.append(optimizer.make_session_run_hook(is_chief=config is None or config.is_chief))
-    train_op = optimizer.minimize(loss, global_step=global_step, var_list=network.trainable_variables)
+    train_op = optimizer.minimize(loss, global_step=global_step, var_list=_float32_variables(network))
     if sync:
         hooks.append(ReleaseSyncTokensHook(optimizer, total_replicas))
     return tf.estimator.EstimatorSpec(mode=mode, loss=loss, train_op=train_op, training_hooks=hooks)

@@ -98,7 +98,9 @@ class TeardownWatchdogHook(tf.compat.v1.train.SessionRunHook):
     export: nothing is lost.
     """
 
-    def __init__(self, model_dir: str, timeout_secs: int, max_steps: int, wait_for_final_evaluation: bool = False):
+    def __init__(self, model_dir: str, timeout_secs: int, max_steps: int, wait_for_final_evaluation: bool = False,
+                 before_exit=None):
+        self._before_exit = before_exit
         self._model_dir = model_dir
         self._timeout_secs = timeout_secs
         self._max_steps = max_steps
@@ -116,6 +118,8 @@ class TeardownWatchdogHook(tf.compat.v1.train.SessionRunHook):
         while not self._work_is_saved():
             time.sleep(0.5)
         time.sleep(self._timeout_secs)
+        if self._before_exit is not None:
+            self._before_exit()
         _exit_now(f"training ended at step {checkpoints.latest_step(self._model_dir)} and its results are saved, "
                   f"but this task is still blocked {self._timeout_secs} s later (TensorFlow waiting on peers that "
                   f"left, or closing its session); exiting")
@@ -217,8 +221,11 @@ class StepCountHook(tf.compat.v1.train.SessionRunHook):
         os.replace(tmp, self._times_path)
 
     def end(self, session):
+        self.report(int(session.run(tf.compat.v1.train.get_global_step())))
+
+    def report(self, global_step) -> None:
+        """Writes the step times and logs the task's own step count (also when the teardown watchdog ends it)."""
         self._write_times()
-        global_step = int(session.run(tf.compat.v1.train.get_global_step()))
         _log(f"task {self._task} ran {self.local_steps} local steps; global_step {global_step}")
 
 
@@ -373,10 +380,12 @@ def poll_for_ready_model_quickly() -> None:
 def training_hooks(config: Config, task: TaskId):
     settings = config.task_settings(task.type, task.index)
     evaluates_itself = config.strategy.name in IN_GRAPH_STRATEGIES and config.cluster.evaluator is None
-    return [StepCountHook(task, settings.step_delay_ms / 1000.0,
-                          times_dir=os.path.join(config.run_dir, STEP_TIMES_DIR) if config.run_dir else ""),
+    steps = StepCountHook(task, settings.step_delay_ms / 1000.0,
+                          times_dir=os.path.join(config.run_dir, STEP_TIMES_DIR) if config.run_dir else "")
+    return [steps,
             TeardownWatchdogHook(config.model_dir, timeout_secs=config.training.teardown_timeout_secs,
-                                 max_steps=config.training.max_steps, wait_for_final_evaluation=evaluates_itself),
+                                 max_steps=config.training.max_steps, wait_for_final_evaluation=evaluates_itself,
+                                 before_exit=lambda: steps.report(checkpoints.latest_step(config.model_dir))),
             *([VariablePlacementHook()] if config.session.log_device_placement else [])]
 
 
