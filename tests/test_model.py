@@ -235,13 +235,15 @@ def test_teardown_watchdog_exits_only_once_the_work_is_saved(tmp_path, evaluates
         sys.path.insert(0, {str(REPO)!r})
         from estimator_mnist.runner import TeardownWatchdogHook
         model_dir = {str(tmp_path)!r}
-        TeardownWatchdogHook(model_dir, timeout_secs=1, max_steps=5, wait_for_final_evaluation={evaluates_itself}).begin()
+        TeardownWatchdogHook(model_dir, timeout_secs=1, max_steps=5, wait_for_final_evaluation={evaluates_itself},
+                             before_exit=lambda: print("steps reported", flush=True)).begin()
     """) + "".join(f"time.sleep(3)\nprint('step {i} written', flush=True)\n{step}" for i, step in enumerate(steps)) + \
         "time.sleep(60)\nprint('session close never returned', flush=True)\n"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert all(f"step {i} written" in result.stdout for i in range(len(steps)))
     assert "session close never returned" not in result.stdout
+    assert "steps reported" in result.stdout  # the task's own step count is logged before it is ended
     assert "training ended at step 5 and its results are saved, but this task is still blocked 1 s later" in result.stderr
 
 
