@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from estimator_mnist.cluster import free_loopback_ports as free_ports  # noqa: E402
 from estimator_mnist.config import default_data_dir  # noqa: E402
 
 TEMPLATE = """
@@ -52,17 +52,6 @@ data_dir: {data_dir}
 """
 RATE = re.compile(r"global_step/sec: ([\d.]+)")
 VARIANTS = (("no_straggler", 2, False), ("backup", 2, True), ("no_backup", 3, True))
-
-
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def run_variant(workdir: Path, r2a: int, delay_ms: int, steps: int, skip: int) -> dict:

@@ -47,7 +47,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -59,6 +58,7 @@ from typing import Dict, List, Optional
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from estimator_mnist.cluster import free_loopback_ports as free_ports  # noqa: E402
 from estimator_mnist.config import default_data_dir, load_config  # noqa: E402
 from estimator_mnist.cpu import cpu_has_bfloat16  # noqa: E402
 
@@ -109,17 +109,6 @@ class Run:
     accuracy: Optional[float]
 
 
-def free_ports(count: int) -> List[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def _wait_all(processes: List[subprocess.Popen], timeout: float) -> float:
     """Waits for every process; returns when the last one exited. Kills them all on timeout."""
     deadline = time.time() + timeout
@@ -154,6 +143,19 @@ def _window(steps: int, warmup: int):
     return warmup, end
 
 
+def _launch(config_path: Path, what: str, timeout: float):
+    """Runs `estimator-mnist launch` on config_path; (launch time, exit time, run_summary)."""
+    launched = time.time()
+    process = subprocess.Popen([sys.executable, "-m", "estimator_mnist", "launch", "--cluster", str(config_path),
+                                "--quiet"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               start_new_session=True, text=True)
+    exited = _wait_all([process], timeout)
+    output = process.stdout.read()
+    if process.returncode != 0:
+        raise SystemExit(f"{what} failed (exit {process.returncode}) in {config_path.parent}:\n{output[-3000:]}")
+    return launched, exited, json.loads((config_path.parent / "run_summary.json").read_text())
+
+
 def _read_times(paths: List[Path]) -> List[Dict[int, float]]:
     return [{int(step): t for step, t in json.loads(p.read_text())["step_times"]} for p in paths]
 
@@ -176,15 +178,7 @@ def run_trainer(workdir: Path, data_dir: str, workers: int, steps: int, batch: i
         workers=("\n  worker: [" + ", ".join(f'"localhost:{p}"' for p in ports[1:]) + "]") if workers > 1 else "",
         learning_rate=learning_rate, intra=threads[0], inter=threads[1], batch=batch, steps=steps,
         run_dir=run_dir, data_dir=data_dir))
-    launched = time.time()
-    process = subprocess.Popen([sys.executable, "-m", "estimator_mnist", "launch", "--cluster", str(config_path),
-                                "--quiet"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               start_new_session=True, text=True)
-    exited = _wait_all([process], timeout)
-    output = process.stdout.read()
-    if process.returncode != 0:
-        raise SystemExit(f"the trainer failed (exit {process.returncode}) in {run_dir}:\n{output[-3000:]}")
-    summary = json.loads((run_dir / "run_summary.json").read_text())
+    launched, exited, summary = _launch(config_path, "the trainer", timeout)
     times = _read_times(sorted((run_dir / "step_times").glob("*.json")))
     return _summarise("trainer", workers, batch, precision, launched, exited, times, *_window(steps, warmup),
                       summary["accuracy"])
@@ -245,15 +239,7 @@ def default_run(workdir: Path, max_steps: Optional[int], timeout: float) -> dict
                             f"save_checkpoints_steps: {min(max_steps, config.training.save_checkpoints_steps)}")
     config_path = run_dir / "local.yaml"
     config_path.write_text(text + f"\nrun_dir: {run_dir}\ndata_dir: {config.data_dir}\n")
-    launched = time.time()
-    process = subprocess.Popen([sys.executable, "-m", "estimator_mnist", "launch", "--cluster", str(config_path),
-                                "--quiet"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               start_new_session=True, text=True)
-    exited = _wait_all([process], timeout)
-    output = process.stdout.read()
-    if process.returncode != 0:
-        raise SystemExit(f"the default run failed (exit {process.returncode}) in {run_dir}:\n{output[-3000:]}")
-    summary = json.loads((run_dir / "run_summary.json").read_text())
+    launched, exited, summary = _launch(config_path, "the default run", timeout)
     first_step = _read_times([run_dir / "step_times" / "chief-0.json"])[0][1]
     evaluations = summary["evaluations"]
     reached = [e for e in evaluations if e["accuracy"] >= 0.99]

@@ -15,8 +15,6 @@ Every strategy of the YAML maps to what Estimator (TF 2.15) can actually run:
 
 from __future__ import annotations
 
-import os
-
 import tensorflow as tf
 
 from .cluster import TaskId, task_host
