@@ -31,10 +31,14 @@ def latest_checkpoint(model_dir: str) -> Optional[str]:
     return path if os.path.exists(path + ".index") else None
 
 
-def latest_step(model_dir: str) -> Optional[int]:
-    path = latest_checkpoint(model_dir)
-    match = _STEP.search(path) if path else None
+def step_of(checkpoint_path: Optional[str]) -> Optional[int]:
+    """The global step in a checkpoint path such as .../model.ckpt-700."""
+    match = _STEP.search(checkpoint_path) if checkpoint_path else None
     return int(match.group(1)) if match else None
+
+
+def latest_step(model_dir: str) -> Optional[int]:
+    return step_of(latest_checkpoint(model_dir))
 
 
 def read_eval_results(model_dir: str) -> List[dict]:

@@ -304,7 +304,7 @@ def evaluate_checkpoints(estimator: tf.estimator.Estimator, eval_spec: tf.estima
     evaluated, last_start = None, float("-inf")
     while True:
         path = checkpoints.latest_checkpoint(estimator.model_dir)
-        step = checkpoints.latest_step(estimator.model_dir)
+        step = checkpoints.step_of(path)
         final = step is not None and step >= max_steps
         if path and path != evaluated and (final or time.time() - last_start >= eval_spec.throttle_secs):
             last_start = time.time()
