@@ -28,8 +28,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-STEP_TIMES_EVERY = 10
-
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -53,6 +51,8 @@ def main(argv=None) -> int:
 
     from estimator_mnist.data import IMAGE_KEY, input_fn  # pylint: disable=import-outside-toplevel
     from estimator_mnist.model import build_network  # pylint: disable=import-outside-toplevel
+    # Recorded at the same steps as the trainer's, so the benchmark reads both alike.
+    from estimator_mnist.runner import STEP_TIMES_EVERY  # pylint: disable=import-outside-toplevel
 
     tf.config.threading.set_intra_op_parallelism_threads(args.intra)
     tf.config.threading.set_inter_op_parallelism_threads(args.inter)

@@ -35,9 +35,8 @@ def lower_cpu_priority(nice) -> str:
     Linux applies both per thread and new threads inherit from their creator,
     so the threads TensorFlow already started are changed one by one. With
     SCHED_IDLE the evaluator takes only CPU time the trainers leave unused
-    (on 2 cores a niced evaluator still cost the trainers a third of their
-    throughput), and once training ends it gets every core for the final
-    evaluation.
+    (on 2 cores an evaluator at nice 10 still cost the trainers about a third
+    of their throughput), and once training ends it runs at full speed.
     """
     threads = [int(t) for t in os.listdir("/proc/self/task")] if os.path.isdir("/proc/self/task") else [0]
     if nice == "idle" and hasattr(os, "SCHED_IDLE"):
