@@ -1,19 +1,38 @@
 #!/usr/bin/env bash
-# Run the test suite (unit tests and a real two-worker cluster on loopback).
-#   ./run_tests.sh              # everything
-#   ./run_tests.sh -m 'not cluster'   # skip the multi-process tests
-# Sets up .venv with the dev extra on first use; extra arguments go to pytest.
+# Run the test suite, fastest tier first, stopping at the first tier that fails:
+#   tests/unit     no real MNIST, no processes (well under a minute)
+#   tests/process  the launcher and the CLI with stand-in tasks, network namespaces
+#   tests/e2e      real TensorFlow clusters on loopback with real MNIST (prepared on first use)
+#
+#   ./run_tests.sh                    # every tier, in that order
+#   ./run_tests.sh -k restart         # every tier, with these pytest options
+#   ./run_tests.sh tests/unit         # arguments that start with a path go to pytest as they are
+# Sets up .venv with the dev extra on first use.
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/venv.sh
 ensure_venv dev
 
-set +e
-python -m pytest "$@"
-status=$?
-set -e
-if [ "$status" -eq 5 ]; then
-  echo "error: pytest collected no tests" >&2
-  exit 1
+run_pytest() {
+  local status=0
+  python -m pytest "$@" || status=$?
+  if [ "$status" -eq 5 ]; then
+    echo "error: pytest collected no tests for: $*" >&2
+    return 1
+  fi
+  return "$status"
+}
+
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
+  run_pytest "$@"
+  exit $?
 fi
-exit "$status"
+for tier in tests/unit tests/process tests/e2e; do
+  echo "=== $tier" >&2
+  started=$SECONDS
+  if ! run_pytest "$tier" "$@"; then
+    echo "error: $tier failed; later tiers were not run" >&2
+    exit 1
+  fi
+  echo "=== $tier passed in $((SECONDS - started)) s" >&2
+done

@@ -21,79 +21,53 @@ ratio should stay near 1 (at least 2/3); without one, every step waits for it.
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from estimator_mnist.config import default_data_dir
+from estimator_mnist.progress import read_progress
 
-from estimator_mnist.cluster import free_loopback_ports as free_ports  # noqa: E402
-from estimator_mnist.config import default_data_dir  # noqa: E402
+from common import Shape, benchmark_parser, run_launch, write_json
 
-TEMPLATE = """
-cluster:
-  chief: ["localhost:{p0}"]
-  worker: ["localhost:{p1}", "localhost:{p2}"]
-  ps: ["localhost:{p3}"]
-strategy: {{name: parameter_server_sync, replicas_to_aggregate: {r2a}}}
-tasks:
-  worker:1: {{step_delay_ms: {delay}}}
-training: {{max_steps: {steps}, save_checkpoints_steps: {steps}, log_step_count_steps: 20}}
-launcher: {{stall_timeout_secs: 600}}
-run_dir: {run_dir}
-data_dir: {data_dir}
-"""
+# Everything the variants share; the cluster (fresh ports each run) and what they vary come with --set.
+SETTINGS = {"strategy": {"name": "parameter_server_sync"},
+            "training": {"log_step_count_steps": 20},
+            "launcher": {"stall_timeout_secs": 600}}
+SHAPE = Shape(chief=1, workers=2, ps=1)
 RATE = re.compile(r"global_step/sec: ([\d.]+)")
 VARIANTS = (("no_straggler", 2, False), ("backup", 2, True), ("no_backup", 3, True))
 
 
-def run_variant(workdir: Path, r2a: int, delay_ms: int, steps: int, skip: int) -> dict:
-    for _ in range(3):
-        ports = dict(zip(("p0", "p1", "p2", "p3"), free_ports(4)))
-        run_dir = Path(tempfile.mkdtemp(dir=workdir))
-        path = run_dir / "cluster.yaml"
-        path.write_text(TEMPLATE.format(r2a=r2a, delay=delay_ms, steps=steps, run_dir=run_dir,
-                                        data_dir=default_data_dir(), **ports))
-        started = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "estimator_mnist", "launch", "--cluster", str(path), "--quiet"],
-                              cwd=REPO, capture_output=True, text=True)
-        if proc.returncode == 2 and "already in use" in proc.stdout + proc.stderr:
-            continue
-        if proc.returncode != 0:
-            raise SystemExit(f"run failed ({proc.returncode}): {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-        summary = json.loads((run_dir / "run_summary.json").read_text())
-        chief_log = Path(summary["tasks"]["chief:0"]["log"]).read_text(errors="replace")
-        rates = [float(r) for r in RATE.findall(chief_log)][skip:]
-        if not rates:
-            raise SystemExit(f"no steady-state global_step/sec lines in {summary['tasks']['chief:0']['log']}; "
-                             f"raise --steps")
-        local = {t: int(m) for t, m in re.findall(r"task (\S+) ran (\d+) local steps",
-                                                  "".join(Path(v["log"]).read_text(errors="replace")
-                                                          for v in summary["tasks"].values()))}
-        return {"steps_per_sec": statistics.median(rates), "seconds": time.monotonic() - started, "local_steps": local}
-    raise SystemExit("no free ports after 3 attempts")
+def run_variant(workdir: Path, settings: Path, r2a: int, delay_ms: int, steps: int, skip: int) -> dict:
+    overrides = [f"strategy.replicas_to_aggregate={r2a}", f"tasks.worker:1.step_delay_ms={delay_ms}",
+                 f"training.max_steps={steps}", f"training.save_checkpoints_steps={steps}"]
+    run = run_launch(workdir, f"r2a{r2a}_", settings, overrides, SHAPE, default_data_dir()).check("the run")
+    chief_log = Path(run.summary()["tasks"]["chief:0"]["log"])
+    rates = [float(r) for r in RATE.findall(chief_log.read_text(errors="replace"))][skip:]
+    if not rates:
+        raise SystemExit(f"no steady-state global_step/sec lines in {chief_log}; raise --steps")
+    local = {task: record["local_step"] for task, record in read_progress(str(run.run_dir)).items()}
+    return {"steps_per_sec": statistics.median(rates), "seconds": run.exited - run.launched, "local_steps": local}
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--delay-ms", type=int, default=500, help="per-step sleep of the straggler, worker:1")
     parser.add_argument("--skip", type=int, default=2, help="global_step/sec lines left out as warm-up")
     parser.add_argument("--repeat", type=int, default=1, help="runs per variant, alternating; medians are reported")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     results = {name: [] for name, _, _ in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="backup_workers_") as workdir:
+        settings = Path(workdir, "settings.yaml")
+        write_json(settings, SETTINGS)  # JSON is YAML
         for _ in range(args.repeat):
             for name, r2a, slowed in VARIANTS:
-                result = run_variant(Path(workdir), r2a, args.delay_ms if slowed else 0, args.steps, args.skip)
+                result = run_variant(Path(workdir), settings, r2a, args.delay_ms if slowed else 0, args.steps,
+                                     args.skip)
                 results[name].append(result)
                 print(f"{name:13s} r2a={r2a} straggler={'yes' if slowed else 'no '} "
                       f"{result['steps_per_sec']:6.2f} global steps/s  local steps {result['local_steps']}",
@@ -103,8 +77,8 @@ def main(argv=None) -> int:
     for name in rate:
         print(f"{name:13s} {rate[name]:15.2f} {rate[name] / rate['no_straggler']:7.2f}")
     if args.json:
-        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "runs": results,
-                                         "median_steps_per_sec": rate}, indent=2))
+        write_json(args.json, {"args": vars(args) | {"json": str(args.json)}, "runs": results,
+                               "median_steps_per_sec": rate})
     print(f"RESULT backup_over_no_straggler={rate['backup'] / rate['no_straggler']:.3f} "
           f"no_backup_over_no_straggler={rate['no_backup'] / rate['no_straggler']:.3f}")
     return 0

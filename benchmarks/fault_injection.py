@@ -17,56 +17,47 @@ It is a measurement, not a test: it asserts nothing.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import random
-import re
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import psutil
 
-from estimator_mnist.config import read_yaml  # noqa: E402
-from estimator_mnist.launcher import descendants as children, living_pids as alive  # noqa: E402
+from estimator_mnist.launch.processes import descendants, living_pids
+from estimator_mnist.progress import read_progress
+
+from common import DEFAULT_CONFIG, Launch, benchmark_parser, launch_command, start, write_json
 
 
-def task_pids(launcher_pid: int):
+def task_pids(launcher_pid: int) -> dict:
     """{task: pid} of the `train` processes the launcher runs now."""
     result = {}
-    for pid in children(launcher_pid):
+    for pid in descendants(launcher_pid):
         try:
-            args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
+            args = psutil.Process(pid).cmdline()
+        except psutil.Error:
             continue
-        if "train" in args and "--task" in args:
+        if "train" in args and "--task" in args[:-1]:
             result[args[args.index("--task") + 1]] = pid
     return result
 
 
-def one_run(cluster_file: Path, workdir: Path, kills: int, policy: str, rng: random.Random, window: float) -> dict:
-    data = read_yaml(cluster_file)
-    run_dir = Path(tempfile.mkdtemp(dir=workdir))
-    data["run_dir"] = str(run_dir)
-    data["restart"] = {**(data.get("restart") or {}), "policy": policy, "max_restarts": max(kills, 1) + 1}
-    path = run_dir / "cluster.yaml"
-    path.write_text(json.dumps(data))  # JSON is YAML
-    started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "estimator_mnist", "launch", "--cluster", str(path)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def training_began(run_dir: Path) -> bool:
+    return any(record.get("local_step", 0) >= 1 for record in read_progress(str(run_dir)).values())
+
+
+def kill_tasks(proc, run_dir: Path, started: float, kills: int, rng: random.Random, window: float, seen: set):
+    """SIGKILLs a random task `kills` times once training began: ([{task, at}], monotonic time of the last kill)."""
     # Kill times: spread over the expected training window, after training began.
     schedule = sorted(rng.uniform(0.05, 0.9) * window for _ in range(kills))
-    made, seen, last_kill = [], set(), None
-    log_dir = run_dir / "logs"
+    made, last_kill = [], None
     while proc.poll() is None and len(made) < kills:
-        seen.update(children(proc.pid))
-        began = any(re.search(r"step = [1-9]", p.read_text(errors="replace")) for p in log_dir.glob("*/*.log"))
-        if began and time.monotonic() - started >= schedule[len(made)]:
+        seen.update(descendants(proc.pid))
+        if training_began(run_dir) and time.monotonic() - started >= schedule[len(made)]:
             tasks = task_pids(proc.pid)
             if tasks:
                 task = rng.choice(sorted(tasks))
@@ -77,34 +68,43 @@ def one_run(cluster_file: Path, workdir: Path, kills: int, policy: str, rng: ran
                 except ProcessLookupError:
                     pass
         time.sleep(0.5)
+    return made, last_kill
+
+
+def one_run(cluster_file: Path, workdir: Path, kills: int, policy: str, rng: random.Random, window: float) -> dict:
+    run_dir = Path(tempfile.mkdtemp(dir=workdir))
+    overrides = [f"restart.policy={policy}", f"restart.max_restarts={max(kills, 1) + 1}"]
+    output = run_dir / "launch.out"
+    started = time.monotonic()
+    proc = start(launch_command(cluster_file, run_dir, overrides, quiet=False), output, new_session=False)
+    seen: set = set()
+    made, last_kill = kill_tasks(proc, run_dir, started, kills, rng, window, seen)
     while proc.poll() is None:
-        seen.update(children(proc.pid))
+        seen.update(descendants(proc.pid))
         time.sleep(1)
-    out = proc.stdout.read()
-    summary_path = run_dir / "run_summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    run = Launch(run_dir, started, time.monotonic(), proc.returncode, output.read_text(errors="replace"))
+    summary = run.summary()
     return {
-        "exit": proc.returncode,
-        "seconds": round(time.monotonic() - started, 1),
-        "seconds_after_last_kill": round(time.monotonic() - last_kill, 1) if last_kill else None,
+        "exit": run.returncode,
+        "seconds": round(run.exited - run.launched, 1),
+        "seconds_after_last_kill": round(run.exited - last_kill, 1) if last_kill else None,
         "global_step": summary.get("global_step"),
         "accuracy": summary.get("accuracy"),
         "kills": made,
         "restarts_reported": len(summary.get("restarts", [])),
-        "leftover_processes": alive(seen | set(summary.get("all_pids", []))),
-        "last_line": out.strip().splitlines()[-1] if out.strip() else "",
+        "leftover_processes": living_pids(seen | set(summary.get("all_pids", []))),
+        "last_line": run.output.strip().splitlines()[-1] if run.output.strip() else "",
     }
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cluster", type=Path, default=REPO / "config" / "local.yaml")
+    parser = benchmark_parser(__doc__, "also write the runs here")
+    parser.add_argument("--cluster", type=Path, default=DEFAULT_CONFIG)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--kills", type=int, default=2, help="SIGKILLs per run")
     parser.add_argument("--policy", choices=("on_failure", "never"), default="on_failure")
     parser.add_argument("--window", type=float, default=240.0, help="seconds over which kills are spread")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, help="also write the runs here")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     runs = []
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
                   f"exit_after_last_kill={result['seconds_after_last_kill']}s "
                   f"leftover={result['leftover_processes']}", flush=True)
     if args.json:
-        args.json.write_text(json.dumps(runs, indent=2))
+        write_json(args.json, runs)
     finished = sum(r["exit"] == 0 for r in runs)
     accuracies = [r["accuracy"] for r in runs if r["accuracy"] is not None]
     kills = sum(len(r["kills"]) for r in runs)

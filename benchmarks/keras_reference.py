@@ -11,10 +11,11 @@ the same thread settings.
 Run by the benchmark, one process per worker:
 
   python benchmarks/keras_reference.py --workers localhost:P0,localhost:P1 --index 0 \
-      --steps 600 --batch 64 --intra 1 --inter 1 --data-dir D --out worker-0.json
+      --steps 600 --batch 64 --intra 1 --inter 1 --data-dir D --run-dir R --accuracy-out R/accuracy.json
 
-It writes the wall-clock time after the first step, every 10th step and the
-last step, and (worker 0 only) the test accuracy, to --out.
+It writes the trainer's progress record (estimator_mnist.progress) to
+R/progress/worker-<index>.json, so the benchmark reads both systems' step
+times alike, and (worker 0 only) the test accuracy to --accuracy-out.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from estimator_mnist.config import TaskId
+from estimator_mnist.progress import ProgressWriter, progress_path
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", required=True, help="comma-separated host:port of every worker")
     parser.add_argument("--index", type=int, required=True)
@@ -40,19 +42,15 @@ def main(argv=None) -> int:
     parser.add_argument("--intra", type=int, required=True)
     parser.add_argument("--inter", type=int, required=True)
     parser.add_argument("--data-dir", required=True)
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
+    parser.add_argument("--run-dir", required=True, help="the progress record goes to RUN_DIR/progress/")
+    parser.add_argument("--accuracy-out", help="worker 0 writes the test accuracy here")
+    return parser.parse_args(argv)
 
-    workers = args.workers.split(",")
-    # Set before TensorFlow starts: the strategy reads it when it is built.
-    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
-                                          "task": {"type": "worker", "index": args.index}})
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
+def train(args, tf, writer: ProgressWriter):
+    """The network after `args.steps` steps of fit, each recorded by `writer`."""
     from estimator_mnist.data import IMAGE_KEY, input_fn  # pylint: disable=import-outside-toplevel
     from estimator_mnist.model import build_network  # pylint: disable=import-outside-toplevel
-    # Recorded at the same steps as the trainer's, so the benchmark reads both alike.
-    from estimator_mnist.runner import STEP_TIMES_EVERY  # pylint: disable=import-outside-toplevel
 
     tf.config.threading.set_intra_op_parallelism_threads(args.intra)
     tf.config.threading.set_inter_op_parallelism_threads(args.inter)
@@ -70,28 +68,43 @@ def main(argv=None) -> int:
         network.compile(optimizer=tf.keras.optimizers.Adam(args.learning_rate),
                         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
-    times = []
-
-    class StepTimes(tf.keras.callbacks.Callback):
+    class Progress(tf.keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
-            step = batch + 1
-            if step == 1 or step % STEP_TIMES_EVERY == 0 or step == args.steps:
-                times.append((step, time.time()))
+            loss = (logs or {}).get("loss")
+            # Synchronous all-reduce: every worker's local step is also the global step.
+            writer.step(batch + 1, None if loss is None else float(loss))
 
-    network.fit(dataset, epochs=1, steps_per_epoch=args.steps, verbose=0, callbacks=[StepTimes()])
-    record = {"task": f"worker:{args.index}", "pid": os.getpid(), "step_times": times}
-    if args.index == 0:
-        test = input_fn(tf.estimator.ModeKeys.EVAL, data_dir=args.data_dir, batch_size_per_replica=args.batch)
-        correct = total = 0
-        for features, labels in test:
-            # Called directly, outside fit: one forward pass here, no collective with the other workers.
-            predicted = tf.argmax(network(features[IMAGE_KEY], training=False), axis=1, output_type=tf.int32)
-            correct += int(tf.reduce_sum(tf.cast(predicted == labels, tf.int32)))
-            total += int(labels.shape[0])
-        record["accuracy"] = correct / total
-    Path(args.out).write_text(json.dumps(record), encoding="utf-8")
-    record_time = time.time()
-    print(f"keras-reference worker:{args.index} wrote {args.out} at {record_time:.3f}", flush=True)
+    network.fit(dataset, epochs=1, steps_per_epoch=args.steps, verbose=0, callbacks=[Progress()])
+    writer.finish(args.steps)
+    return network
+
+
+def evaluate_accuracy(network, tf, data_dir: str, batch: int) -> float:
+    from estimator_mnist.data import IMAGE_KEY, input_fn  # pylint: disable=import-outside-toplevel
+
+    correct = total = 0
+    for features, labels in input_fn(tf.estimator.ModeKeys.EVAL, data_dir=data_dir, batch_size_per_replica=batch):
+        # Called directly, outside fit: one forward pass here, no collective with the other workers.
+        predicted = tf.argmax(network(features[IMAGE_KEY], training=False), axis=1, output_type=tf.int32)
+        correct += int(tf.reduce_sum(tf.cast(predicted == labels, tf.int32)))
+        total += int(labels.shape[0])
+    return correct / total
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    task = TaskId("worker", args.index)
+    # Set before TensorFlow starts: the strategy reads it when it is built.
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": args.workers.split(",")},
+                                          "task": {"type": task.type, "index": task.index}})
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    writer = ProgressWriter(progress_path(args.run_dir, task), str(task), examples_per_step=args.batch)
+    network = train(args, tf, writer)
+    if args.index == 0 and args.accuracy_out:
+        accuracy = evaluate_accuracy(network, tf, args.data_dir, args.batch)
+        Path(args.accuracy_out).write_text(json.dumps({"accuracy": accuracy}), encoding="utf-8")
+    print(f"keras-reference {task} finished at {time.time():.3f}", flush=True)
     return 0
 
 

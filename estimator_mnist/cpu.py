@@ -1,24 +1,23 @@
-"""This machine's CPUs, without TensorFlow: cores, bfloat16 support, and the evaluator's priority.
-
-The launcher and the benchmarks use these before any TensorFlow is loaded.
-"""
+"""This machine's CPUs, without TensorFlow: cores, bfloat16 support, and a process's CPU priority."""
 
 from __future__ import annotations
 
 import os
 
+import psutil
+
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
 def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    return len(psutil.Process().cpu_affinity() or []) or psutil.cpu_count() or 1
 
 
 def cpu_has_bfloat16(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
-    """Whether the CPU computes bfloat16 natively (AMX or AVX512_BF16); emulated, it is slower than float32."""
+    """Whether the CPU computes bfloat16 natively (AMX or AVX512_BF16); emulated, it is slower than float32.
+
+    psutil does not report CPU flags, so this reads /proc/cpuinfo.
+    """
     try:
         with open(cpuinfo_path, encoding="utf-8") as handle:
             for line in handle:
@@ -38,7 +37,7 @@ def lower_cpu_priority(nice) -> str:
     (on 2 cores an evaluator at nice 10 still cost the trainers about a third
     of their throughput), and once training ends it runs at full speed.
     """
-    threads = [int(t) for t in os.listdir("/proc/self/task")] if os.path.isdir("/proc/self/task") else [0]
+    threads = [t.id for t in psutil.Process().threads()]
     if nice == "idle" and hasattr(os, "SCHED_IDLE"):
         for tid in threads:
             try:

@@ -10,9 +10,8 @@ from __future__ import annotations
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from .data_prep import ERR_NOT_PREPARED
 from .errors import UsageError
-
-ERR_NOT_PREPARED = "MNIST is not prepared in {data_dir} ({reason}); run 'estimator-mnist prepare-data --data-dir {data_dir}' on this machine before starting tasks"
 
 IMAGE_KEY = "image"
 TRAIN_SPLIT = "train"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from .data import IMAGE_KEY
+from .tf_workarounds import ReleaseSyncTokensHook, float32_variables
 
 NUM_CLASSES = 10
 
@@ -80,43 +81,6 @@ def global_batch_loss(labels, logits, global_batch_size):
         reduction=tf.compat.v1.losses.Reduction.SUM, loss_collection=None)
 
 
-class ReleaseSyncTokensHook(tf.compat.v1.train.SessionRunHook):
-    """Hands out spare step tokens when this replica stops, so no other replica stays blocked.
-
-    With SyncReplicasOptimizer a replica waits for a token after each step,
-    and tokens only come from the next aggregated update. Once the global step
-    passes max_steps the replicas that already stopped send no more gradients,
-    so a replica that began one more step (the chief was seen doing this)
-    would wait for ever. The spare tokens let it finish that step, see that
-    training is over and stop.
-    """
-
-    def __init__(self, optimizer, total_replicas: int):
-        queue = optimizer.get_chief_queue_runner().queue
-        global_step = tf.compat.v1.train.get_global_step()
-        with tf.control_dependencies(None), tf.compat.v1.device(global_step.device):
-            self._release = queue.enqueue_many(
-                (tf.fill([total_replicas], tf.identity(global_step)),), name="release_sync_tokens")
-
-    def end(self, session):
-        try:
-            session.run(self._release)
-        except tf.errors.OpError:
-            pass  # the ps tasks are already gone: nobody is left waiting on them
-
-
-def _float32_variables(network: tf.keras.Model):
-    """The network's trainable variables, without Keras's mixed-precision wrappers.
-
-    Under a mixed policy Keras wraps each variable in an AutoCastVariable
-    (private `_variable` holds the float32 one). In-graph MirroredStrategy
-    does not recognise the wrappers of one variable on several replicas as
-    one mirrored variable, and Adam's slot creation failed on a PerReplica;
-    the optimizer is given the float32 variables themselves.
-    """
-    return [getattr(v, "_variable", v) for v in network.trainable_variables]
-
-
 def model_fn(features, labels, mode, params, config=None):
     model_config = params["config"]
     images = features[IMAGE_KEY] if isinstance(features, dict) else features
@@ -171,7 +135,7 @@ def model_fn(features, labels, mode, params, config=None):
         optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
             optimizer, replicas_to_aggregate=replicas_to_aggregate, total_num_replicas=total_replicas)
         hooks.append(optimizer.make_session_run_hook(is_chief=config is None or config.is_chief))
-    train_op = optimizer.minimize(loss, global_step=global_step, var_list=_float32_variables(network))
+    train_op = optimizer.minimize(loss, global_step=global_step, var_list=float32_variables(network))
     if sync:
         hooks.append(ReleaseSyncTokensHook(optimizer, total_replicas))
     return tf.estimator.EstimatorSpec(mode=mode, loss=loss, train_op=train_op, training_hooks=hooks)

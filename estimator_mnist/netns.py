@@ -7,7 +7,7 @@ their own that has only a loopback interface: they reach each other as
 before, and nothing outside the namespace (another machine, another
 container, another namespace of this machine) can reach their ports.
 
-The namespace is held by a small helper process; each task joins it with
+The namespace is held by a helper process (netns_holder.py); each task joins it with
 setns(2) between fork and exec, so the launcher itself stays in the
 machine's network.
 """
@@ -21,9 +21,10 @@ import subprocess
 import sys
 
 from .errors import UsageError
+from .hosts import LOOPBACK_HOSTS, all_on_loopback
 
-CLONE_NEWNET = 0x40000000
-LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+CLONE_NEWNET = 0x40000000  # setns(2)/unshare(2): the network namespace
 
 ERR_PRIVATE_NOT_LOOPBACK = ("{file}: launcher.network is private but task {task} is on host '{host}', which a private "
                             "namespace cannot reach; use localhost for every task, or launcher.network: auto or host")
@@ -37,32 +38,11 @@ UNPROTECTED = ("network: WARNING: the tasks use this machine's network ({why}). 
                "who reaches their ports, with no authentication: keep ports {ports} reachable only from the "
                "cluster's own hosts (firewall or private network)")
 
-# Run by the helper process: it enters a new network namespace, brings up
-# loopback, says "ready" and then lives as long as the launcher.
-_HOLDER = r"""
-import ctypes, fcntl, os, signal, socket, struct, sys
-libc = ctypes.CDLL(None, use_errno=True)
-libc.prctl(1, signal.SIGKILL)
-if libc.unshare(0x40000000) != 0:
-    print("error", os.strerror(ctypes.get_errno()), flush=True)
-    sys.exit(1)
-with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-    flags = struct.unpack("16sH", fcntl.ioctl(s, 0x8913, struct.pack("16sH14s", b"lo", 0, b""))[:18])[1]
-    fcntl.ioctl(s, 0x8914, struct.pack("16sH14s", b"lo", flags | 1, b""))
-print("ready", flush=True)
-sys.stdin.read()
-"""
-
-
-def all_on_loopback(cluster) -> bool:
-    return all(host in LOOPBACK_HOSTS for _, _, host in cluster.task_hosts())
-
-
 class PrivateNetwork:
     """The helper process that holds the namespace, and the way for a child to join it."""
 
     def __init__(self):
-        self._holder = subprocess.Popen([sys.executable, "-c", _HOLDER], stdin=subprocess.PIPE,
+        self._holder = subprocess.Popen([sys.executable, "-m", "estimator_mnist.netns_holder"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         answer = self._holder.stdout.readline().strip()
         if answer != "ready":
@@ -88,13 +68,14 @@ class PrivateNetwork:
 def choose_network(config, file: str):
     """(PrivateNetwork or None, the line saying which protection is in force)."""
     mode = config.launcher.network
-    ports = ", ".join(str(a.port) for _, _, a in config.cluster.training_tasks())
+    cluster = config.cluster
+    ports = ", ".join(str(cluster.address(t).port) for t in cluster.server_tasks())
     if mode == "host":
         return None, UNPROTECTED.format(why="launcher.network: host", ports=ports)
     if not all_on_loopback(config.cluster):
         if mode == "private":
-            role, index, host = next((r, i, h) for r, i, h in config.cluster.task_hosts() if h not in LOOPBACK_HOSTS)
-            raise UsageError(ERR_PRIVATE_NOT_LOOPBACK.format(file=file, task=f"{role}:{index}", host=host))
+            task = next(t for t in cluster.tasks() if cluster.host(t) not in LOOPBACK_HOSTS)
+            raise UsageError(ERR_PRIVATE_NOT_LOOPBACK.format(file=file, task=task, host=cluster.host(task)))
         return None, UNPROTECTED.format(why="some tasks use a non-loopback host name", ports=ports)
     try:
         return PrivateNetwork(), PROTECTED

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from .cluster import TaskId, task_host
-from .config import Config, device_index
-from .cpu import available_cores, cpu_has_bfloat16
+from .config import Config, TaskId, device_index
 from .errors import UsageError
-
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+from .task_plan import TaskPlan
+from .tf_workarounds import no_bfloat16_fusion, set_collective_options
 ERR_NCCL_NO_GPU_RUNTIME = ("task {task}: {key} is nccl but this process sees no GPU ({visible}); "
                            "use ring or auto, or give the task GPUs with tasks.{task}.gpus")
 ERR_NO_SUCH_DEVICE = ("task {task}: strategy {key} lists {device} but this process has only {count} {kind} device(s) "
@@ -35,98 +33,42 @@ _COMMUNICATION = {
 }
 
 
-def _same_machine(a: str, b: str) -> bool:
-    return a == b or (a in LOOPBACK_NAMES and b in LOOPBACK_NAMES)
-
-
-def thread_settings(config: Config, task: TaskId):
-    """(intra_op, inter_op) threads; 'auto' splits this machine's cores between its trainers.
-
-    Left to TensorFlow, every process on a shared machine starts one thread per
-    core, and two workers on two cores then run slower than one.
-    """
-    settings = config.task_settings(task.type, task.index)
-    if task.is_evaluator:
-        # One thread: even at SCHED_IDLE an evaluator on every core slowed
-        # the trainers sharing its machine by a quarter (caches, memory
-        # bandwidth); with one it costs little, and the final evaluation
-        # of 10k images still takes only seconds.
-        auto_intra, auto_inter = 1, 1
-    elif task.type == "ps":
-        auto_intra, auto_inter = 1, 2  # a ps task only applies updates
-    else:
-        host = task_host(config.cluster, task)
-        trainers = [h for r, _, h in config.cluster.task_hosts() if r in ("chief", "worker") and _same_machine(h, host)]
-        auto_intra = max(1, available_cores() // max(1, len(trainers)))
-        auto_inter = 2
-    intra = auto_intra if settings.intra_op_threads == "auto" else settings.intra_op_threads
-    inter = auto_inter if settings.inter_op_threads == "auto" else settings.inter_op_threads
-    return intra, inter
-
-
-def _cpu_devices_needed(config: Config, task: TaskId) -> int:
-    """Logical CPU devices `mirrored`/`one_device` ask for (e.g. /cpu:1 needs two)."""
-    strategy = config.strategy
-    if task.type != "chief" or strategy.name not in ("mirrored", "one_device"):
-        return 1
-    devices = strategy.devices if strategy.name == "mirrored" else (strategy.device,)
-    cpu_indices = [device_index(d)[1] for d in devices or () if d != "auto" and device_index(d)[0] == "cpu"]
-    return max(cpu_indices, default=0) + 1
-
-
-def configure_devices(config: Config, task: TaskId) -> None:
+def configure_devices(plan: TaskPlan) -> None:
     """Makes the logical CPU devices the strategy names; must run before TF initialises devices."""
-    count = _cpu_devices_needed(config, task)
-    if count > 1:
+    if plan.logical_cpus > 1:
         cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * plan.logical_cpus)
 
 
-def session_config(config: Config, task: TaskId) -> tf.compat.v1.ConfigProto:
-    intra, inter = thread_settings(config, task)
-    settings = config.task_settings(task.type, task.index)
+def gpu_capabilities():
+    """The compute capability of every GPU this process sees ([] on CPU-only machines)."""
+    return [tuple(tf.config.experimental.get_device_details(g).get("compute_capability") or (0, 0))
+            for g in tf.config.list_physical_devices("GPU")]
+
+
+def session_config(config: Config, plan: TaskPlan, precision: str) -> tf.compat.v1.ConfigProto:
+    task = plan.task
     proto = tf.compat.v1.ConfigProto(
         allow_soft_placement=True,
-        intra_op_parallelism_threads=intra,
-        inter_op_parallelism_threads=inter,
+        intra_op_parallelism_threads=plan.intra_op_threads,
+        inter_op_parallelism_threads=plan.inter_op_threads,
         log_device_placement=config.session.log_device_placement,
         operation_timeout_in_ms=config.session.operation_timeout_ms,
     )
-    proto.gpu_options.allow_growth = settings.gpu_memory_growth
-    proto.gpu_options.per_process_gpu_memory_fraction = settings.gpu_memory_fraction
-    cpus = _cpu_devices_needed(config, task)
-    if cpus > 1:
+    proto.gpu_options.allow_growth = plan.settings.gpu_memory_growth
+    proto.gpu_options.per_process_gpu_memory_fraction = plan.settings.gpu_memory_fraction
+    if plan.logical_cpus > 1:
         # Graph sessions and the task's server build their devices from the
         # ConfigProto, not from tf.config's logical devices.
-        proto.device_count["CPU"] = cpus
-    if not task.is_evaluator and resolve_precision(config.model.precision) == "mixed_bfloat16":
-        from tensorflow.core.protobuf import rewriter_config_pb2  # pylint: disable=import-outside-toplevel
-        # In a cluster session grappler fuses bfloat16 Conv2D+BiasAdd+Relu into
-        # a _FusedConv2D that has no bfloat16 CPU kernel, and the step fails.
-        # The evaluator computes in float32 and keeps the fusion.
-        proto.graph_options.rewrite_options.remapping = rewriter_config_pb2.RewriterConfig.OFF
-    if config.strategy.name == "parameter_server_sync" and task.type in ("chief", "worker"):
+        proto.device_count["CPU"] = plan.logical_cpus
+    if not task.is_evaluator and precision == "mixed_bfloat16":
+        no_bfloat16_fusion(proto)
+    if config.strategy.name == "parameter_server_sync" and task.is_trainer:
         # Estimator sets these filters only when it builds the session config
         # itself: a worker talks to the ps tasks and to itself, so it neither
         # waits for nor depends on the other workers.
         proto.device_filters.extend(["/job:ps", f"/job:{task.type}/task:{task.index}"])
     return proto
-
-
-def resolve_precision(setting: str) -> str:
-    """model.precision for this process: 'auto' picks the fastest type its devices compute natively.
-
-    Emulated 16-bit arithmetic is slower than float32, so auto never picks a
-    type the hardware lacks.
-    """
-    if setting != "auto":
-        return setting
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
-        capabilities = [tf.config.experimental.get_device_details(g).get("compute_capability") or (0, 0)
-                        for g in gpus]
-        return "mixed_float16" if all(tuple(c) >= (7, 0) for c in capabilities) else "float32"
-    return "mixed_bfloat16" if cpu_has_bfloat16() else "float32"
 
 
 def _visible(kind: str):
@@ -169,14 +111,14 @@ def one_device(config: Config) -> str:
     return "/gpu:0" if _visible("gpu") else "/cpu:0"
 
 
-def build_train_strategy(config: Config, task: TaskId):
+def build_train_strategy(config: Config, plan: TaskPlan):
     """The tf.distribute strategy for this task, or None where Estimator must run without one.
 
     The evaluator never gets one: it is not a member of the training cluster
     (MultiWorkerMirrored fails in it with KeyError: 'evaluator') and evaluates
     on one machine anyway.
     """
-    strategy = config.strategy
+    strategy, task = config.strategy, plan.task
     if task.is_evaluator or strategy.name == "parameter_server_sync":
         return None
     if strategy.name == "multi_worker_mirrored":
@@ -188,13 +130,9 @@ def build_train_strategy(config: Config, task: TaskId):
         # recognises it by its exact class name, so it cannot be subclassed.
         result = tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy(
             communication=_COMMUNICATION[strategy.communication])
-        # The v1 constructor takes no CommunicationOptions; its extended object
-        # builds the all-reduce ops from these options when Estimator configures
-        # it for this task, so the timeout reaches every collective op.
-        options = tf.distribute.experimental.CommunicationOptions(
+        set_collective_options(result, tf.distribute.experimental.CommunicationOptions(
             implementation=_COMMUNICATION[strategy.communication],
-            timeout_seconds=strategy.collective_timeout_secs or None)
-        result.extended._communication_options = options  # pylint: disable=protected-access
+            timeout_seconds=strategy.collective_timeout_secs or None))
         return result
     if strategy.name == "parameter_server":
         return tf.compat.v1.distribute.experimental.ParameterServerStrategy()
@@ -211,11 +149,3 @@ def build_train_strategy(config: Config, task: TaskId):
         _check_devices_exist(task, "device", [device])
         return tf.compat.v1.distribute.OneDeviceStrategy(device)
     raise ValueError(f"unsupported strategy {strategy.name!r}")
-
-
-def sync_replicas(config: Config):
-    """(replicas_to_aggregate, total_replicas) for parameter_server_sync, else None."""
-    if config.strategy.name != "parameter_server_sync":
-        return None
-    total = config.cluster.num_workers
-    return (config.strategy.replicas_to_aggregate or total), total

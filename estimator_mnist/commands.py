@@ -1,0 +1,114 @@
+"""What each `estimator-mnist` subcommand does, after cli.py has parsed its flags.
+
+TensorFlow is imported only by the commands that run it (train,
+prepare-data), and only after the input is validated and the task's plan is
+applied, so bad input is rejected in well under a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from .errors import UsageError
+
+
+def load(args):
+    """The frozen config of --cluster with the --set overrides and the path flags."""
+    from .config import load_config
+
+    return load_config(args.cluster, getattr(args, "overrides", None) or (), **path_flags(args))
+
+
+def path_flags(args) -> dict:
+    return {key: getattr(args, key, None) for key in ("model_dir", "data_dir", "run_dir")}
+
+
+def cmd_validate(args) -> int:
+    config = load(args)
+    tasks = ", ".join(str(t) for t in config.cluster.tasks())
+    print(f"{args.cluster}: ok ({config.strategy}; tasks {tasks}; max_steps {config.training.max_steps})")
+    return 0
+
+
+def cmd_tf_config(args) -> int:
+    from .topology import build_tf_config, parse_task
+
+    config = load(args)
+    print(json.dumps(build_tf_config(config.cluster, parse_task(args.task, config.cluster, args.cluster))))
+    return 0
+
+
+def _config_and_task(args):
+    """(config, task, tf_config or None): from --cluster and --task, or from the TF_CONFIG environment variable."""
+    from .config import TaskId, apply_overrides, config_from_dict, read_yaml
+    from .topology import ERR_NO_TF_CONFIG, parse_task, parse_tf_config_env
+
+    if args.task is not None:
+        if args.cluster is None:
+            raise UsageError("train --task needs --cluster FILE, the YAML that defines the task")
+        config = load(args)
+        return config, parse_task(args.task, config.cluster, args.cluster), None
+    env = os.environ.get("TF_CONFIG")
+    if not env:
+        raise UsageError(ERR_NO_TF_CONFIG)
+    # Kubeflow's TFJob (or the user) set TF_CONFIG: it defines the cluster; the
+    # YAML, if given, supplies everything else.
+    tf_config = parse_tf_config_env(env)
+    data = apply_overrides(read_yaml(args.cluster) if args.cluster else {}, args.overrides or ())
+    cluster = dict(tf_config["cluster"])
+    if tf_config["task"]["type"] == "evaluator":
+        cluster["evaluator"] = "localhost"  # its host is never used by the evaluator itself
+    data["cluster"] = cluster
+    data.update({k: v for k, v in path_flags(args).items() if v is not None})
+    task = TaskId(tf_config["task"]["type"], int(tf_config["task"].get("index", 0)))
+    return config_from_dict(data, args.cluster or "TF_CONFIG"), task, tf_config
+
+
+def cmd_train(args) -> int:
+    from .hosts import all_on_loopback
+    from .task_plan import apply_to_this_process, plan_task
+
+    config, task, tf_config = _config_and_task(args)
+    plan = plan_task(config, task, tf_config)
+    priority = apply_to_this_process(plan)  # before TensorFlow is imported: env, umask, CPU priority
+    if not all_on_loopback(config.cluster):
+        cluster = config.cluster
+        ports = ", ".join(str(cluster.address(t)) for t in cluster.server_tasks())
+        print(f"estimator-mnist: warning: TensorFlow's servers accept anyone who reaches {ports}, with no "
+              "authentication: allow these ports only from the cluster's own hosts (firewall or private network)",
+              file=sys.stderr, flush=True)
+    from .runner import run_task
+
+    return run_task(config, plan, priority)
+
+
+def cmd_launch(args) -> int:
+    from .launch import launch
+
+    config = load(args)
+    return launch(config, cluster_file=os.path.abspath(args.cluster), quiet=args.quiet, overrides=args.overrides or ())
+
+
+def cmd_prepare_data(args) -> int:
+    from .config import default_data_dir
+
+    data_dir = args.data_dir
+    if data_dir is None and args.cluster:
+        data_dir = load(args).data_dir
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # C++ INFO lines (oneDNN notices) drown the useful ones
+    from .data_prep import prepare_data
+
+    def log(message):
+        print(f"prepare-data: {message}", file=sys.stderr, flush=True)
+
+    print(prepare_data(data_dir or default_data_dir(), from_idx=args.from_idx, source=args.source, log=log))
+    return 0
+
+
+def cmd_keys(args) -> int:
+    from .config import configuration_markdown, describe_keys
+
+    print(configuration_markdown() if args.markdown else describe_keys(), end="\n" if not args.markdown else "")
+    return 0

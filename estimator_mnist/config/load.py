@@ -1,0 +1,87 @@
+"""Reading the YAML file and building the frozen `Config` from it, once, with any --set overrides.
+
+Nothing here imports TensorFlow, so a bad file is rejected in well under a
+second and before any process starts.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable, Optional
+
+from ..errors import UsageError
+from .cluster import parse_cluster
+from .overrides import apply_overrides
+from .rules import check_checkpoints, check_devices, check_strategy_roles, parse_strategy, parse_tasks
+from .schema import SECTIONS, TOP_LEVEL_KEYS, Config, default_data_dir
+from .values import ERR_MISSING_KEY, ERR_TYPE, as_mapping, check_keys, parse_section
+
+ERR_UNREADABLE = "{file}: cannot read the cluster file ({reason}); pass an existing YAML file with --cluster"
+ERR_NOT_YAML = "{file}: not valid YAML ({reason}); fix the syntax at the place named"
+
+
+def _resolve_path(value, file, key, default) -> str:
+    if value is None:
+        value = default
+    if not isinstance(value, str) or not value:
+        raise UsageError(ERR_TYPE.format(file=file, key=key, expected="a path", got=value))
+    # Relative paths are taken from the directory the command runs in, so that
+    # the launcher and the tasks it starts (same cwd) agree on them.
+    return str(Path(os.path.expanduser(value)).resolve())
+
+
+def config_from_dict(data, source: str, label: Optional[str] = None) -> Config:
+    """The frozen config of already-loaded YAML data; `label` (default: `source`) names it in errors."""
+    file = label or source
+    data = as_mapping(file, data, "the top level")
+    check_keys(file, data, TOP_LEVEL_KEYS, "the top level")
+    cluster = parse_cluster(file, data.get("cluster"))
+    strategy = parse_strategy(file, data.get("strategy"))
+    check_strategy_roles(file, strategy, cluster)
+    tasks = parse_tasks(file, data.get("tasks"), cluster)
+    sections = {name: parse_section(file, data.get(name), cls, name) for name, cls in SECTIONS.items()}
+    check_checkpoints(file, sections["training"], cluster)
+    stem = Path(source).stem if source else "run"
+    run_dir = _resolve_path(data.get("run_dir"), file, "run_dir", os.path.join("runs", stem))
+    model_dir = _resolve_path(data.get("model_dir"), file, "model_dir", os.path.join(run_dir, "model"))
+    data_dir = _resolve_path(data.get("data_dir"), file, "data_dir", default_data_dir())
+    config = Config(source=source, cluster=cluster, strategy=strategy, tasks=tasks, run_dir=run_dir,
+                    model_dir=model_dir, data_dir=data_dir, **sections)
+    check_devices(config)
+    return config
+
+
+def read_yaml(path) -> dict:
+    """The raw mapping of a YAML file, or a UsageError naming the file and the problem."""
+    import yaml  # Imported here so `--help` stays instant.
+
+    file = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(ERR_UNREADABLE.format(file=file, reason=reason)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        reason = where + str(getattr(exc, "problem", None) or exc)
+        raise UsageError(ERR_NOT_YAML.format(file=file, reason=reason)) from None
+    if data is None:
+        raise UsageError(ERR_MISSING_KEY.format(file=file, key="cluster", hint="the file is empty"))
+    return dict(as_mapping(file, data, "the top level"))
+
+
+def load_config(path, overrides: Iterable[str] = (), **paths) -> Config:
+    """Reads and validates a cluster YAML file.
+
+    `overrides` are --set KEY=VALUE texts; `paths` (model_dir, data_dir,
+    run_dir) replace those keys when not None, as the command-line flags do.
+    """
+    overrides = list(overrides)
+    data = apply_overrides(read_yaml(path), overrides)
+    data.update({k: v for k, v in paths.items() if v is not None})
+    label = f"{path} (with --set {', '.join(overrides)})" if overrides else None
+    return config_from_dict(data, str(path), label)

@@ -1,0 +1,270 @@
+"""The schema of the run configuration: frozen dataclasses for every YAML section, with defaults and help.
+
+A field's metadata carries what `values.coerce` checks (kind, choices, a
+range check), the help text of `estimator-mnist keys`, and, for strategy keys,
+which strategies own them. Nothing here reads files or imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, List, Optional, Tuple
+
+from . import values as v
+
+TRAINING_ROLES = ("chief", "worker", "ps")
+ROLES = TRAINING_ROLES + ("evaluator",)
+STRATEGIES = ("multi_worker_mirrored", "parameter_server", "parameter_server_sync", "mirrored", "one_device")
+# One training process replicates over this machine's devices: no TF server, no TF_CONFIG cluster.
+IN_GRAPH_STRATEGIES = ("mirrored", "one_device")
+PS_STRATEGIES = ("parameter_server", "parameter_server_sync")
+COMMUNICATIONS = ("auto", "ring", "nccl")
+CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device")
+NETWORKS = ("classic_cnn", "tutorial_cnn")
+OPTIMIZERS = ("adam", "momentum")
+EXPORTERS = ("latest", "best")
+RESTART_POLICIES = ("never", "on_failure")
+NETWORK_MODES = ("auto", "private", "host")
+LR_SCHEDULES = ("cosine", "constant")
+PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
+
+
+def _opt(default, *, check=None, choices=None, kind=None, doc="", strategies=None):
+    return field(default=default, metadata={"check": check, "choices": choices, "kind": kind, "doc": doc,
+                                            "strategies": strategies})
+
+
+def default_data_dir() -> str:
+    # Shared by every run on this machine: MNIST is prepared once, not per run.
+    return os.environ.get("ESTIMATOR_MNIST_DATA_DIR") or str(Path.home() / "tensorflow_datasets")
+
+
+@dataclass(frozen=True)
+class Address:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, order=True)
+class TaskId:
+    type: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.type}:{self.index}"
+
+    @property
+    def is_evaluator(self) -> bool:
+        return self.type == "evaluator"
+
+    @property
+    def is_trainer(self) -> bool:
+        """Runs training steps: the chief and the workers (not ps, not the evaluator)."""
+        return self.type in ("chief", "worker")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Who trains where. `evaluator` is a host only: it runs no server."""
+
+    chief: Tuple[Address, ...] = ()
+    worker: Tuple[Address, ...] = ()
+    ps: Tuple[Address, ...] = ()
+    evaluator: Optional[str] = None
+
+    def addresses(self, role: str) -> Tuple[Address, ...]:
+        return getattr(self, role)
+
+    def tasks(self) -> List[TaskId]:
+        """Every task, in the order the launcher starts them: ps first, the evaluator last."""
+        tasks = [TaskId(role, i) for role in ("ps", "chief", "worker") for i in range(len(self.addresses(role)))]
+        return tasks + ([TaskId("evaluator", 0)] if self.evaluator is not None else [])
+
+    def server_tasks(self) -> List[TaskId]:
+        """The tasks that run a TF server (all but the evaluator), in start order."""
+        return [t for t in self.tasks() if not t.is_evaluator]
+
+    def address(self, task: TaskId) -> Address:
+        return self.addresses(task.type)[task.index]
+
+    def host(self, task: TaskId) -> str:
+        return self.evaluator if task.is_evaluator else self.address(task).host
+
+    @property
+    def chief_task(self) -> TaskId:
+        """The task that saves checkpoints: the chief, or worker 0 when there is none."""
+        return TaskId("chief", 0) if self.chief else TaskId("worker", 0)
+
+    @property
+    def num_workers(self) -> int:
+        """Training replicas' machines: the chief counts as a worker."""
+        return len(self.chief) + len(self.worker)
+
+
+@dataclass(frozen=True)
+class StrategyConfig:
+    """`strategy:` in the YAML: a name, or a mapping with `name` and that strategy's keys."""
+
+    name: str = _opt("multi_worker_mirrored", choices=STRATEGIES,
+                     doc="multi_worker_mirrored: sync all-reduce; parameter_server: async ps; parameter_server_sync: "
+                         "sync ps with backup workers; mirrored: one machine, several devices; one_device: one process")
+    communication: str = _opt("auto", choices=COMMUNICATIONS, strategies=("multi_worker_mirrored",),
+                              doc="all-reduce between workers: ring (gRPC), nccl (GPUs) or auto")
+    collective_timeout_secs: int = _opt(300, check=v.non_negative, kind=int, strategies=("multi_worker_mirrored",),
+                                        doc="an all-reduce that waits longer fails with DeadlineExceeded; 0 = no limit")
+    replicas_to_aggregate: Optional[int] = _opt(None, check=v.positive, kind=int, strategies=("parameter_server_sync",),
+                                                doc="gradients averaged per step; fewer than the replicas leaves the "
+                                                    "rest as backup workers (default: all replicas)")
+    devices: Optional[Tuple[str, ...]] = _opt(None, check=v.device_list, kind="list", strategies=("mirrored",),
+                                              doc="devices to replicate over (default: every GPU, else /cpu:0)")
+    cross_device_ops: str = _opt("auto", choices=CROSS_DEVICE_OPS, strategies=("mirrored",),
+                                 doc="how mirrored replicas combine gradients; auto: nccl on GPUs, "
+                                     "reduction_to_one_device on CPUs")
+    device: str = _opt("auto", check=v.device, kind="str", strategies=("one_device",),
+                       doc="the device of one_device (auto: /gpu:0 when there is one, else /cpu:0)")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """Device and session settings of one task: `tasks: {all|ROLE|ROLE:INDEX: {...}}` in the YAML."""
+
+    gpus: Optional[Tuple[int, ...]] = _opt(None, check=v.gpu_list, kind="list",
+                                           doc="GPU indices this task may see (sets CUDA_VISIBLE_DEVICES); "
+                                               "[] hides all GPUs; default: inherit the environment")
+    gpu_memory_growth: bool = _opt(False, kind=bool, doc="allocate GPU memory as needed instead of all at once")
+    gpu_memory_fraction: float = _opt(0.0, check=v.share, kind=float,
+                                      doc="cap on the share of each GPU's memory; 0 = no cap")
+    intra_op_threads: Any = _opt("auto", check=v.threads, kind="threads",
+                                 doc="auto: this machine's cores split between its training tasks")
+    inter_op_threads: Any = _opt("auto", check=v.threads, kind="threads")
+    step_delay_ms: int = _opt(0, check=v.non_negative, kind=int,
+                              doc="sleep after each training step of this task, to rehearse a straggler")
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """Run-wide TensorFlow session settings."""
+
+    log_device_placement: bool = _opt(False, kind=bool, doc="log every op's device in each task's log")
+    operation_timeout_ms: int = _opt(0, check=v.non_negative, kind=int,
+                                     doc="an op that waits longer fails with DeadlineExceeded; 0 = no limit")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    network: str = _opt("classic_cnn", choices=NETWORKS,
+                        doc="classic_cnn: conv5x5x32-pool-conv5x5x64-pool-dense500; tutorial_cnn: conv3x3x32-pool-dense64")
+    optimizer: str = _opt("adam", choices=OPTIMIZERS)
+    learning_rate: float = _opt(0.003, check=v.positive, kind=float)
+    lr_schedule: str = _opt("cosine", choices=LR_SCHEDULES,
+                            doc="cosine: decay from learning_rate to a tenth of it at training.max_steps")
+    momentum: float = _opt(0.9, check=v.fraction, kind=float, doc="used by optimizer: momentum")
+    dropout: float = _opt(0.4, check=v.fraction, kind=float,
+                          doc="dropout rate before the last layer while training (classic_cnn: after dense500)")
+    precision: str = _opt("auto", choices=PRECISIONS,
+                          doc="training compute type; variables stay float32. auto: mixed_float16 on GPUs of compute "
+                              "capability 7.0+, mixed_bfloat16 on CPUs with bfloat16 instructions (AMX or "
+                              "AVX512_BF16), else float32")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    batch_size_per_replica: int = _opt(256, check=v.positive, kind=int)
+    max_steps: int = _opt(700, check=v.positive, kind=int)
+    save_checkpoints_steps: int = _opt(200, check=v.positive, kind=int)
+    keep_checkpoint_max: int = _opt(5, check=v.positive, kind=int)
+    log_step_count_steps: int = _opt(100, check=v.positive, kind=int)
+    shuffle_buffer: int = _opt(10000, check=v.positive, kind=int)
+    seed: int = _opt(0, check=v.non_negative, kind=int)
+    session_creation_timeout_secs: int = _opt(300, check=v.positive, kind=int,
+                                              doc="a trainer whose cluster has not formed by then names the "
+                                                  "peers that do not answer and stops (Estimator's own: 2 hours)")
+    teardown_timeout_secs: int = _opt(3, check=v.positive, kind=int,
+                                      doc="exit when closing the session still blocks this long after the last step")
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    throttle_secs: int = _opt(20, check=v.non_negative, kind=int)
+    start_delay_secs: int = _opt(5, check=v.non_negative, kind=int)
+    batch_size: int = _opt(1000, check=v.positive, kind=int)
+    export: str = _opt("latest", choices=EXPORTERS,
+                       doc="latest: export every evaluated checkpoint; best: only when eval loss improves")
+    exports_to_keep: int = _opt(3, check=v.positive, kind=int)
+    nice: Any = _opt("idle", check=v.nice, kind="nice",
+                     doc="the evaluator's CPU priority, so that it never slows training: idle (Linux SCHED_IDLE: it "
+                         "runs only on cores the trainers leave idle) or a niceness 0-19")
+
+
+@dataclass(frozen=True)
+class LauncherConfig:
+    grace_secs: int = _opt(10, check=v.positive, kind=int, doc="SIGTERM to SIGKILL")
+    finish_timeout_secs: int = _opt(60, check=v.positive, kind=int,
+                                    doc="how long other tasks may take to exit once the chief finished")
+    eval_timeout_secs: int = _opt(600, check=v.positive, kind=int,
+                                  doc="how long the evaluator may take to evaluate the final checkpoint")
+    stall_timeout_secs: int = _opt(300, check=v.positive, kind=int,
+                                   doc="count the run as failed when no task reports progress for this long")
+    network: str = _opt("auto", choices=NETWORK_MODES,
+                        doc="private: run the tasks in a network namespace of their own, loopback only, so no "
+                            "other machine or namespace reaches their unauthenticated ports; auto: private when "
+                            "every task is on loopback and the system allows it; host: the machine's network")
+
+
+@dataclass(frozen=True)
+class RestartConfig:
+    policy: str = _opt("never", choices=RESTART_POLICIES,
+                       doc="on_failure: when a training task dies or the run stalls, stop the group and start it "
+                           "again from the latest checkpoint")
+    max_restarts: int = _opt(3, check=v.non_negative, kind=int, doc="give up after this many restarts")
+    backoff_secs: int = _opt(5, check=v.non_negative, kind=int, doc="pause before each restart")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything one run needs; built once by `load_config` and passed down."""
+
+    source: str
+    cluster: ClusterConfig
+    strategy: StrategyConfig = StrategyConfig()
+    session: SessionConfig = SessionConfig()
+    # (selector, overrides) pairs from `tasks:`, least specific first; see task_settings().
+    tasks: Tuple[Tuple[str, Tuple[Tuple[str, Any], ...]], ...] = ()
+    model: ModelConfig = ModelConfig()
+    training: TrainingConfig = TrainingConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    launcher: LauncherConfig = LauncherConfig()
+    restart: RestartConfig = RestartConfig()
+    run_dir: str = ""
+    model_dir: str = ""
+    data_dir: str = ""
+
+    def task_settings(self, task: TaskId) -> TaskSettings:
+        """Defaults, then `tasks.all`, then `tasks.ROLE`, then `tasks.ROLE:INDEX`."""
+        settings = {}
+        for selector, overrides in self.tasks:
+            if selector in ("all", task.type, str(task)):
+                settings.update(overrides)
+        return TaskSettings(**settings)
+
+
+SECTIONS = {
+    "session": SessionConfig,
+    "model": ModelConfig,
+    "training": TrainingConfig,
+    "evaluation": EvaluationConfig,
+    "launcher": LauncherConfig,
+    "restart": RestartConfig,
+}
+TOP_LEVEL_KEYS = ("cluster", "strategy", "tasks", *SECTIONS, "run_dir", "model_dir", "data_dir")
+CLUSTER_KEYS = ("chief", "worker", "ps", "evaluator")
+
+

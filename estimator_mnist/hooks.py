@@ -1,0 +1,96 @@
+"""The training hooks a trainer runs with: progress records, the startup watchdog, variable placement.
+
+(The teardown watchdog is a TensorFlow work-around: tf_workarounds.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Optional
+
+import tensorflow as tf
+
+from .config import TaskId
+from .progress import ProgressWriter
+
+
+def log(message: str) -> None:
+    print(f"[estimator-mnist] {message}", file=sys.stderr, flush=True)
+
+
+class ProgressHook(tf.compat.v1.train.SessionRunHook):
+    """Writes this task's progress record (progress.py): its own steps, the global step, the loss, examples/s.
+
+    The local and global step counts also tell the strategies apart:
+    asynchronous ps training advances the global step once per worker step,
+    synchronous training once per aggregated update. At the end the task logs
+    both. `delay_secs` (tasks.<task>.step_delay_ms) makes a straggler on purpose.
+    """
+
+    def __init__(self, task: TaskId, writer: ProgressWriter, delay_secs: float = 0.0):
+        self._task = task
+        self._writer = writer
+        self._delay_secs = delay_secs
+        self._fetches = None
+
+    @property
+    def local_steps(self) -> int:
+        return self._writer.local_steps
+
+    def begin(self):
+        # Estimator adds its (replica-reduced) training loss to LOSSES before the hooks begin.
+        losses = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)
+        self._fetches = {"global_step": tf.compat.v1.train.get_global_step()}
+        if losses:
+            self._fetches["loss"] = losses[-1]
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(self._fetches)
+
+    def after_run(self, run_context, run_values):
+        results = run_values.results or {}
+        loss = results.get("loss")
+        self._writer.step(int(results["global_step"]) if "global_step" in results else None,
+                          float(loss) if loss is not None else None)
+        if self._delay_secs:
+            time.sleep(self._delay_secs)
+
+    def end(self, session):
+        try:
+            global_step = int(session.run(tf.compat.v1.train.get_global_step()))
+        except tf.errors.OpError:
+            global_step = None  # the ps holding it is gone
+        self.report(global_step)
+
+    def report(self, global_step: Optional[int]) -> None:
+        """Writes the final record and logs the task's own step count (also when the teardown watchdog ends it)."""
+        self._writer.finish(global_step)
+        log(f"task {self._task} ran {self.local_steps} local steps; global_step {global_step}")
+
+
+class StartupWatchdogHook(tf.compat.v1.train.SessionRunHook):
+    """Starts startup_watchdog.py at once and dismisses it when the session exists (the cluster formed)."""
+
+    def __init__(self, task: TaskId, tf_config: dict, timeout_secs: int):
+        peers = [(f"{role}:{index}", address) for role, addresses in tf_config.get("cluster", {}).items()
+                 for index, address in enumerate(addresses) if (role, index) != (task.type, task.index)]
+        self._helper = subprocess.Popen(
+            [sys.executable, "-m", "estimator_mnist.startup_watchdog", str(os.getpid()), str(timeout_secs),
+             str(task), json.dumps(peers)], stdin=subprocess.PIPE)
+
+    def after_create_session(self, session, coord):
+        if self._helper.stdin and not self._helper.stdin.closed:
+            self._helper.stdin.close()
+            self._helper.wait()
+
+
+class VariablePlacementHook(tf.compat.v1.train.SessionRunHook):
+    """Logs where each variable lives, in the task's log, with session.log_device_placement."""
+
+    def begin(self):
+        for variable in tf.compat.v1.global_variables():
+            log(f"variable {variable.op.name} placed on {variable.device or '(default device)'}")

@@ -1,0 +1,135 @@
+"""`estimator-mnist launch`: start every task of a cluster file on this machine and see the run through.
+
+Each task runs `estimator-mnist train --task T` with its own plan, in its own
+process group, with its own log. The supervisor watches them, the restart
+policy decides what a failure costs, and the report says how it went. No
+TensorFlow is imported here.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Sequence
+
+from .. import checkpoints, netns
+from ..config import Config
+from ..data_prep import ERR_NOT_PREPARED, is_prepared
+from ..errors import INTERRUPTED_EXIT_CODE, UsageError
+from ..hosts import check_local, check_ports_free
+from .group import TaskGroup
+from .monitor import Monitor
+from .report import Console, build_summary, final_line, write_summary
+from .restarts import Restarts
+from .supervisor import RunFailed, Supervisor, TaskFailure
+
+
+class Launcher:
+    def __init__(self, config: Config, cluster_file: str, quiet: bool = False, out=None, command_for=None,
+                 network=None, network_line=None, overrides: Sequence[str] = ()):
+        self.config = config
+        self.cluster_file = cluster_file
+        self.launch_time = time.time()
+        self.console = Console(out, quiet, self.launch_time)
+        log_dir = Path(config.run_dir, "logs", time.strftime("%Y%m%d-%H%M%S"))
+        self.group = TaskGroup(config, cluster_file, log_dir, overrides, command_for, network, network_line)
+        self.monitor = Monitor(config, self.launch_time)
+        self.supervisor = Supervisor(config, self.group, self.monitor, self.console)
+        self.restarts = Restarts(config, self.launch_time)
+
+    @property
+    def notes(self):
+        return self.supervisor.notes
+
+    @property
+    def training_done_time(self):
+        return self.supervisor.training_done_time
+
+    def _make_private_dirs(self) -> None:
+        for path in (Path(self.config.run_dir), self.group.log_dir, Path(self.config.model_dir)):
+            existed = path.exists()
+            path.mkdir(mode=0o750, parents=True, exist_ok=True)
+            mode = path.stat().st_mode & 0o777
+            if not existed:
+                path.chmod(0o750)
+            elif mode & 0o022:
+                self.console.say(f"warning: {path} is writable by other users (mode {mode:o}); they could replace "
+                                 f"checkpoints or logs: chmod go-w {path}", always=True)
+
+    def _supervise(self) -> None:
+        for task in self.config.cluster.tasks():
+            self.monitor.track(task, self.group.start(task).pid)
+        while True:
+            try:
+                return self.supervisor.watch()
+            except TaskFailure as failure:
+                self.restarts.restart(failure, self.supervisor)
+
+    def run(self) -> int:
+        self._make_private_dirs()
+        tasks = self.config.cluster.tasks()
+        say = self.console.say
+        say(f"launching {len(tasks)} tasks from {self.cluster_file}: {', '.join(map(str, tasks))}", always=True)
+        say(f"logs: {self.group.log_dir}/<task>.log   model_dir: {self.config.model_dir}", always=True)
+        if self.group.network_line:
+            say(self.group.network_line, always=True)
+
+        def on_signal(signum, _frame):
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        status, error, code = "failed", None, 1
+        try:
+            self._supervise()
+            status, code = "finished", 0
+        except RunFailed as exc:
+            error = str(exc)
+        except KeyboardInterrupt as exc:
+            error, code = f"interrupted by {exc.args[0] if exc.args else 'SIGINT'}", INTERRUPTED_EXIT_CODE
+        finally:
+            stopped = self.group.stop_all()
+            if stopped:
+                self.console.timed(f"stopped {', '.join(str(p.task) for p in stopped)} "
+                                   f"({'run over' if code == 0 else 'stopping the run'})")
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return self._report(status, error, code)
+
+    def _report(self, status: str, error, code: int) -> int:
+        summary = build_summary(self, status, error)
+        path = write_summary(self.config.run_dir, summary)
+        for note in self.notes:
+            self.console.say(f"note: {note}", always=True)
+        if code != 0:
+            failed = [p for p in self.group.processes.values()
+                      if p.exit_code not in (0, None) and not p.stopped_by_launcher]
+            for p in failed[:1]:
+                for line in p.tail():
+                    self.console.say(f"  {p.task} | {line}", always=True)
+        self.console.say(f"summary: {path}", always=True)
+        self.console.say(final_line(summary) if code == 0 else f"failed: {error}", always=True)
+        return code
+
+
+def launch(config: Config, cluster_file: str, quiet: bool = False, out=None, command_for=None,
+           overrides: Sequence[str] = ()) -> int:
+    check_local(config.cluster, cluster_file)
+    if not is_prepared(config.data_dir):
+        raise UsageError(ERR_NOT_PREPARED.format(data_dir=config.data_dir, reason="no prepared dataset found"))
+    launcher = Launcher(config, cluster_file, quiet=quiet, out=out, command_for=command_for, overrides=overrides)
+    step = checkpoints.latest_step(config.model_dir)
+    if step is not None and step >= config.training.max_steps and (
+            launcher.monitor.final_evaluation() is not None or config.cluster.evaluator is None):
+        launcher.console.say(f"model_dir {config.model_dir} already holds step {step} >= max_steps "
+                             f"{config.training.max_steps}: nothing to do. Raise training.max_steps to train on.",
+                             always=True)
+        summary = build_summary(launcher, "finished", None)
+        write_summary(config.run_dir, summary)
+        launcher.console.say(final_line(summary), always=True)
+        return 0
+    network, line = netns.choose_network(config, cluster_file)
+    if network is None:
+        check_ports_free(config.cluster, cluster_file)  # a private namespace has every port free
+    launcher.group.network, launcher.group.network_line = network, line
+    return launcher.run()

@@ -1,0 +1,145 @@
+"""Starting task processes in their own process groups, and stopping them for sure. No TensorFlow.
+
+The launcher never trusts a task to stop by itself: MultiWorkerMirrored
+workers catch SIGTERM and keep running, and survivors of a dead peer retry
+their session for ever. So stopping is SIGTERM to the process group, a grace
+period, then SIGKILL to the group; and every task gets PR_SET_PDEATHSIG, so
+even a SIGKILLed launcher leaves no task behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, List, Optional
+
+import psutil
+
+from ..config import TaskId
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
+
+
+def die_with_parent() -> None:
+    """Runs in a child between fork and exec: SIGKILL it if its parent dies."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass  # not Linux: the process-group cleanup still applies.
+
+
+def describe_exit(code: Optional[int]) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+@dataclass
+class TaskProcess:
+    task: TaskId
+    popen: subprocess.Popen
+    log_path: Path
+    started: float
+    exit_code: Optional[int] = None
+    ended: Optional[float] = None
+    stopped_by_launcher: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def running(self) -> bool:
+        return self.exit_code is None
+
+    def poll(self) -> bool:
+        """True when the process has just exited."""
+        if self.exit_code is None and self.popen.poll() is not None:
+            self.exit_code = self.popen.returncode
+            self.ended = time.time()
+            return True
+        return False
+
+    def is_stopped_by_signal(self) -> bool:
+        """SIGSTOPped (state T): alive but making no progress."""
+        try:
+            return psutil.Process(self.pid).status() == psutil.STATUS_STOPPED
+        except psutil.Error:
+            return False
+
+    def tail(self, count=5) -> List[str]:
+        try:
+            lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return []
+        return [line for line in lines if line.strip()][-count:]
+
+
+def start_task(task: TaskId, command: List[str], env: dict, log_path: Path,
+               preexec: Callable[[], None]) -> TaskProcess:
+    """Starts one task in a new session (its own process group), appending to its log."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+    with os.fdopen(fd, "ab") as log:
+        popen = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                 start_new_session=True, preexec_fn=preexec)
+    return TaskProcess(task=task, popen=popen, log_path=log_path, started=time.time())
+
+
+def signal_group(process: TaskProcess, sig) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_processes(processes: Iterable[TaskProcess], grace_secs: float) -> List[TaskProcess]:
+    """SIGTERM each running process group, wait the grace period, then SIGKILL the groups. Returns those stopped."""
+    targets = [p for p in processes if p.running]
+    for p in targets:
+        p.stopped_by_launcher = True
+        signal_group(p, signal.SIGTERM)
+    deadline = time.time() + grace_secs
+    while time.time() < deadline and any(p.running for p in targets):
+        time.sleep(0.1)
+        for p in targets:
+            p.poll()
+    for p in targets:
+        signal_group(p, signal.SIGKILL)  # also for those that exited: their group may still hold children
+    for p in targets:
+        if p.running:
+            try:
+                p.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            p.poll()
+    return targets
+
+
+def living_pids(pids) -> List[int]:
+    """The pids still running; a zombie counts as gone."""
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.Error:
+            continue
+    return alive
+
+
+def descendants(pid: int) -> List[int]:
+    """Every process whose ancestry leads to `pid`."""
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []

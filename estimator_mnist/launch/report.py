@@ -1,0 +1,102 @@
+"""What the launcher tells the user: console lines while it runs, run_summary.json and the final line."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from .. import checkpoints
+from ..files import write_json_atomic
+from .monitor import Monitor
+from .processes import describe_exit
+
+PROGRESS_EVERY_SECS = 10.0
+SUMMARY_FILE = "run_summary.json"
+
+
+class Console:
+    """Prints the launcher's own lines; `quiet` keeps only the start, failures and the final line."""
+
+    def __init__(self, out=None, quiet: bool = False, start: Optional[float] = None):
+        self.out = out or sys.stdout
+        self.quiet = quiet
+        self.start = start or time.time()
+        self._last_progress = 0.0
+
+    def say(self, message: str, always: bool = False) -> None:
+        if always or not self.quiet:
+            print(message, file=self.out, flush=True)
+
+    def timed(self, message: str, always: bool = False) -> None:
+        self.say(f"[{time.time() - self.start:6.0f}s] {message}", always)
+
+    def evaluation(self, record: dict) -> None:
+        self.timed(f"evaluation of step {record['global_step']}: accuracy {record['accuracy']:.4f}, "
+                   f"loss {record['loss']:.4f}")
+
+    def progress(self, monitor: Monitor, max_steps: int, running: int, now: float) -> None:
+        """One progress line every PROGRESS_EVERY_SECS."""
+        if now - self._last_progress < PROGRESS_EVERY_SECS:
+            return
+        self._last_progress = now
+        if monitor.step is None:
+            self.timed(f"starting: {running} tasks up, waiting for the first training step")
+            return
+        parts = [f"step {monitor.step}/{max_steps}"]
+        if monitor.loss is not None:
+            parts.append(f"loss {monitor.loss:.4f}")
+        if monitor.images_per_sec:
+            parts.append(f"{monitor.images_per_sec:,.0f} images/s")
+        left = monitor.seconds_left(now)
+        if left is not None:
+            parts.append(f"about {max(0.0, left):.0f} s left")
+        latest = monitor.latest_eval()
+        if latest:
+            parts.append(f"last evaluation: step {latest['global_step']} accuracy {latest['accuracy']:.4f}")
+        self.timed(", ".join(parts))
+
+    def waiting(self, names, now: float) -> None:
+        if now - self._last_progress >= PROGRESS_EVERY_SECS:
+            self._last_progress = now
+            self.timed(f"training finished; waiting for {', '.join(names)} to finish")
+
+
+def _since(moment: Optional[float], start: float) -> Optional[float]:
+    return moment - start if moment else None
+
+
+def build_summary(launcher, status: str, error: Optional[str]) -> dict:
+    """run_summary.json: the outcome, every evaluation, timings from the trainers' own records, each task."""
+    config, monitor, start = launcher.config, launcher.monitor, launcher.launch_time
+    final = monitor.final_evaluation()
+    end = time.time()
+    group = launcher.group
+    return {
+        "status": status, "error": error, "cluster_file": launcher.cluster_file,
+        "strategy": config.strategy.name, "max_steps": config.training.max_steps,
+        "global_step": checkpoints.latest_step(config.model_dir),
+        "accuracy": final["accuracy"] if final else None, "export": final["export"] if final else None,
+        "evaluations": checkpoints.read_eval_results(config.model_dir),
+        "run_dir": config.run_dir, "model_dir": config.model_dir, "log_dir": str(group.log_dir), "launch_time": start,
+        "seconds_to_first_step": _since(monitor.first_step_time, start),
+        "seconds_to_last_step": _since(monitor.last_step_time, start),
+        "seconds_to_training_done": _since(launcher.training_done_time, start),
+        "seconds_to_exit": end - start, "notes": launcher.notes,
+        "restart_policy": config.restart.policy, "restarts": launcher.restarts.records,
+        "network": group.network_line, "all_pids": [p.pid for p in group.all_processes],
+        "tasks": {str(t): {"pid": p.pid, "log": str(p.log_path), "exit": p.exit_code,
+                           "exit_reason": describe_exit(p.exit_code), "stopped_by_launcher": p.stopped_by_launcher,
+                           "seconds": (p.ended or end) - p.started}
+                  for t, p in group.processes.items()},
+    }
+
+
+def write_summary(run_dir: str, summary: dict) -> Path:
+    return write_json_atomic(Path(run_dir, SUMMARY_FILE), summary, indent=2)
+
+
+def final_line(summary: dict) -> str:
+    accuracy = f"{summary['accuracy']:.4f}" if summary.get("accuracy") is not None else "none"
+    return f"finished: accuracy={accuracy} global_step={summary['global_step']} export={summary.get('export') or 'none'}"

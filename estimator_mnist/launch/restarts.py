@@ -1,0 +1,83 @@
+"""The restart policy: after a failure a restart can cure, stop the group and start it again.
+
+MultiWorkerMirrored cannot go on with a member missing, so a failed trainer
+restarts the whole training group, which Estimator resumes from the latest
+checkpoint; a failed evaluator restarts alone while training goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import List
+
+from .. import checkpoints
+from ..config import Config, TaskId
+from ..hosts import port_in_use
+from .supervisor import RunFailed, Supervisor, TaskFailure
+
+PORT_RELEASE_SECS = 60
+
+
+class Restarts:
+    def __init__(self, config: Config, launch_time: float):
+        self.config = config
+        self.launch_time = launch_time
+        self.records: List[dict] = []
+
+    def _check_allowed(self, failure: TaskFailure) -> None:
+        policy = self.config.restart
+        if policy.policy != "on_failure":
+            raise failure
+        if len(self.records) >= policy.max_restarts:
+            raise RunFailed(f"{failure}; gave up after {len(self.records)} restarts "
+                            f"(restart.max_restarts={policy.max_restarts})")
+
+    def restart(self, failure: TaskFailure, supervisor: Supervisor) -> None:
+        """Stops what failed and starts it again, or re-raises when the policy says no."""
+        self._check_allowed(failure)
+        group, monitor = supervisor.group, supervisor.monitor
+        evaluator_only = failure.task is not None and failure.task.is_evaluator
+        stopping = [group.processes[failure.task]] if evaluator_only else \
+            [p for p in group.processes.values() if not p.task.is_evaluator]
+        monitor.update(time.time())  # the failed task's last record may have come after the loop last read
+        step_at_failure = monitor.step
+        stopped = group.stop(stopping)
+        if stopped:
+            supervisor.console.timed(f"stopped {', '.join(str(p.task) for p in stopped)} (restarting after: "
+                                     f"{failure.task or 'the run'} {failure.reason})")
+        restored = checkpoints.latest_step(self.config.model_dir)
+        redo = (step_at_failure - (restored or 0)) if step_at_failure is not None and not evaluator_only else 0
+        now = time.time()
+        record = {"number": len(self.records) + 1, "time": now, "seconds_since_launch": now - self.launch_time,
+                  "failed_task": str(failure.task) if failure.task else None, "reason": failure.reason,
+                  "error": str(failure), "step_at_failure": step_at_failure, "restored_checkpoint_step": restored,
+                  "steps_redone": max(0, redo), "restarted_tasks": [str(p.task) for p in stopping]}
+        self.records.append(record)
+        supervisor.console.timed(
+            f"restart {record['number']}/{self.config.restart.max_restarts}: {record['failed_task'] or 'the run'} "
+            f"{failure.reason} at step {step_at_failure}; starting {', '.join(record['restarted_tasks'])} again "
+            f"from checkpoint {restored} ({record['steps_redone']} steps to redo)", always=True)
+        if group.network is None:
+            self._wait_for_ports([p.task for p in stopping])
+        time.sleep(self.config.restart.backoff_secs)
+        if not evaluator_only:
+            supervisor.training_done_time = None
+            supervisor.group_started = time.time()
+            monitor.restart_from(restored, time.time())
+        for p in stopping:
+            monitor.track(p.task, group.start(p.task).pid)
+        monitor.note_change(time.time())
+
+    def _wait_for_ports(self, tasks: List[TaskId]) -> None:
+        """A restarted task must be able to listen on its port again (in a private namespace the
+        stopped tasks' sockets died with them)."""
+        cluster = self.config.cluster
+        ports = [cluster.address(t).port for t in tasks if not t.is_evaluator]
+        deadline = time.time() + PORT_RELEASE_SECS
+        busy = [port for port in ports if port_in_use(port)]
+        while busy and time.time() < deadline:
+            time.sleep(0.5)
+            busy = [port for port in ports if port_in_use(port)]
+        if busy:
+            raise RunFailed(f"ports {busy} were still in use {PORT_RELEASE_SECS} s after the tasks that held them "
+                            "were stopped; cannot restart")

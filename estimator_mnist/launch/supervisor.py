@@ -1,0 +1,130 @@
+"""The supervision loop: watch every task until the run succeeds, fails, or stalls. No TensorFlow.
+
+- ps tasks block in server.join() for ever, so they are stopped once training is done;
+- a worker has been seen hanging after the chief finished, so once the chief
+  exits the others get `launcher.finish_timeout_secs` and are then stopped;
+- the evaluator gets `launcher.eval_timeout_secs` for the final checkpoint;
+- no progress in the tasks' records for `launcher.stall_timeout_secs` (plus
+  the session timeout while a group starts) is a stall.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import List, Optional
+
+from .. import checkpoints
+from ..config import Config, TaskId
+from .group import TaskGroup
+from .monitor import Monitor
+from .processes import describe_exit
+from .report import Console
+
+POLL_SECS = 0.5
+
+
+class RunFailed(Exception):
+    pass
+
+
+class TaskFailure(RunFailed):
+    """A failure that starting the tasks again can repair: a task died, or the run stalled."""
+
+    def __init__(self, message: str, task: Optional[TaskId], reason: str):
+        super().__init__(message)
+        self.task = task
+        self.reason = reason
+
+
+class Supervisor:
+    def __init__(self, config: Config, group: TaskGroup, monitor: Monitor, console: Console):
+        self.config, self.group, self.monitor, self.console = config, group, monitor, console
+        self.training_done_time: Optional[float] = None
+        self.group_started = time.time()
+        self.notes: List[str] = []
+
+    def watch(self) -> None:
+        """Returns when the run succeeded; raises RunFailed (or TaskFailure, which a restart may cure)."""
+        while True:
+            now = time.time()
+            for record in self.monitor.update(now):
+                self.console.evaluation(record)
+            self._exits(now)
+            if self.training_done_time is not None:
+                if self._after_training(now):
+                    return
+                self.console.waiting([str(p.task) for p in self.group.running()], now)
+            else:
+                self._check_stall(now)
+                self.console.progress(self.monitor, self.config.training.max_steps, len(self.group.running()), now)
+            time.sleep(POLL_SECS)
+
+    def _exits(self, now: float) -> None:
+        for p in list(self.group.processes.values()):
+            if not p.poll():
+                continue
+            self.monitor.note_change(now)
+            ok = p.exit_code == 0
+            if not ok and not p.stopped_by_launcher:
+                if self.training_done_time is not None and not p.task.is_evaluator:
+                    self.notes.append(f"{p.task} exited with {describe_exit(p.exit_code)} after training had finished")
+                    continue
+                raise TaskFailure(f"task {p.task} failed ({describe_exit(p.exit_code)}); its log: {p.log_path}",
+                                  p.task, describe_exit(p.exit_code))
+            self.console.timed(f"{p.task} exited ({describe_exit(p.exit_code)})")
+            if p.task == self.monitor.chief and ok:
+                self._training_done(now)
+
+    def _training_done(self, now: float) -> None:
+        self.training_done_time = now
+        step, max_steps = checkpoints.latest_step(self.config.model_dir), self.config.training.max_steps
+        if step is None or step < max_steps:
+            raise RunFailed(f"the chief {self.monitor.chief} exited 0 but the latest checkpoint is at step {step}, "
+                            f"below max_steps {max_steps}; its log: {self.group.processes[self.monitor.chief].log_path}")
+        self.console.timed(f"training finished at step {step}")
+        self._stop(self.group.running(lambda t: t.type == "ps"), "parameter servers never exit by themselves")
+
+    def _stop(self, processes, reason: str) -> None:
+        stopped = self.group.stop(processes)
+        if stopped:
+            self.console.timed(f"stopped {', '.join(str(p.task) for p in stopped)} ({reason})")
+
+    def _after_training(self, now: float) -> bool:
+        """True once every task is done and the final evaluation (when there is an evaluator) exists."""
+        limits = self.config.launcher
+        since = now - self.training_done_time
+        others = self.group.running(lambda t: not t.is_evaluator)
+        if others and since > limits.finish_timeout_secs:
+            self.notes.append(f"{', '.join(str(p.task) for p in others)} still running "
+                              f"{limits.finish_timeout_secs} s after the chief finished; stopped")
+            self._stop(others, "still running after training finished")
+        evaluator = self.group.processes.get(TaskId("evaluator", 0))
+        if evaluator is not None and evaluator.running:
+            if since > limits.eval_timeout_secs:
+                raise RunFailed(f"the evaluator did not evaluate the final checkpoint within "
+                                f"launcher.eval_timeout_secs={limits.eval_timeout_secs} s; its log: {evaluator.log_path}")
+            return False
+        if self.group.running():
+            return False
+        if evaluator is not None and self.monitor.final_evaluation() is None:
+            raise TaskFailure(f"the evaluator exited without evaluating the final checkpoint; its log: "
+                              f"{evaluator.log_path}", evaluator.task, "exited before the final evaluation")
+        return True
+
+    def stall_limit(self) -> float:
+        """stall_timeout_secs; until the (re)started group's first step, plus the session timeout."""
+        starting = not self.monitor.started_since(self.group_started)
+        return self.config.launcher.stall_timeout_secs + (
+            self.config.training.session_creation_timeout_secs if starting else 0)
+
+    def _check_stall(self, now: float) -> None:
+        limit = self.stall_limit()
+        if now - self.monitor.last_change <= limit:
+            return
+        extra = "" if self.monitor.started_since(self.group_started) else \
+            " + training.session_creation_timeout_secs, while starting"
+        stopped = [str(p.task) for p in self.group.running() if p.is_stopped_by_signal()]
+        culprit = f"; stopped by a signal: {', '.join(stopped)}" if stopped else ""
+        raise TaskFailure(f"no task made progress for {limit:.0f} s (launcher.stall_timeout_secs{extra}; last step: "
+                          f"{self.monitor.step}{culprit}); logs in {self.group.log_dir}", None,
+                          f"stalled for {limit:.0f} s{culprit}")

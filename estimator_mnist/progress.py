@@ -1,0 +1,94 @@
+"""Progress records: what each trainer writes while it trains, and what the launcher and benchmarks read.
+
+One JSON file per task, `<run_dir>/progress/<task>.json`, rewritten
+atomically after the first step, then at least every WRITE_EVERY_SECS of
+training, and at the end:
+
+    {"task": "worker:0", "pid": 4242, "local_step": 310, "global_step": 310, "loss": 0.061,
+     "examples_per_sec": 812.5, "time": 1795342427.1, "first_step_time": 1795342391.4,
+     "done": false, "step_times": [[1, t1], [10, t10], [20, t20], ...]}
+
+`time` is the wall-clock time of the newest step; `examples_per_sec` is this
+task's rate since its previous record; `step_times` holds the first step,
+every STEP_TIMES_EVERY-th and the newest, for throughput and start-up
+figures. Records belong to one process (`pid`): after a restart the new
+process overwrites them. No TensorFlow, so stand-in tasks and the Keras
+reference write the same records.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Dict, Optional
+
+from .files import read_json, write_json_atomic
+
+PROGRESS_DIR = "progress"
+WRITE_EVERY_SECS = 2.0
+STEP_TIMES_EVERY = 10
+
+
+def progress_path(run_dir: str, task) -> Path:
+    return Path(run_dir, PROGRESS_DIR, f"{task.type}-{task.index}.json" if hasattr(task, "type") else f"{task}.json")
+
+
+class ProgressWriter:
+    """Collects one task's steps and writes its record when due."""
+
+    def __init__(self, path, task: str, examples_per_step: int, clock=time.time):
+        self._path = Path(path) if path else None
+        self._task = task
+        self._examples_per_step = examples_per_step
+        self._clock = clock
+        self._record = {"task": task, "pid": os.getpid(), "local_step": 0, "global_step": None, "loss": None,
+                        "examples_per_sec": None, "time": None, "first_step_time": None, "done": False,
+                        "step_times": []}
+        self._written_at = None  # (local step, time) of the last write
+
+    @property
+    def local_steps(self) -> int:
+        return self._record["local_step"]
+
+    def step(self, global_step: Optional[int], loss: Optional[float]) -> None:
+        """After each training step of this task."""
+        now = self._clock()
+        record = self._record
+        record["local_step"] += 1
+        local = record["local_step"]
+        record.update(global_step=global_step, loss=loss, time=now)
+        if local == 1:
+            record["first_step_time"] = now
+        times = record["step_times"]
+        if local == 1 or local % STEP_TIMES_EVERY == 0:
+            times.append([local, now])
+        if self._written_at is None or now - self._written_at[1] >= WRITE_EVERY_SECS:
+            self.write()
+
+    def write(self, done: bool = False) -> None:
+        record = self._record
+        now, local = record["time"], record["local_step"]
+        if self._written_at is not None and now is not None and now > self._written_at[1]:
+            record["examples_per_sec"] = (local - self._written_at[0]) * self._examples_per_step / (now - self._written_at[1])
+        record["done"] = done
+        if self._path is not None:
+            times = record["step_times"]
+            newest = times + ([[local, now]] if local and (not times or times[-1][0] != local) else [])
+            write_json_atomic(self._path, {**record, "step_times": newest})
+        self._written_at = (local, now if now is not None else self._clock())
+
+    def finish(self, global_step: Optional[int]) -> None:
+        if global_step is not None:
+            self._record["global_step"] = global_step
+        self.write(done=True)
+
+
+def read_progress(run_dir: str) -> Dict[str, dict]:
+    """Every task's latest record, keyed by task name ('worker:0'); a record being replaced is skipped."""
+    records = {}
+    for path in sorted(Path(run_dir, PROGRESS_DIR).glob("*.json")):
+        record = read_json(path)
+        if record and "task" in record:
+            records[record["task"]] = record
+    return records

@@ -1,0 +1,166 @@
+"""One plan per task: everything a task process needs before TensorFlow is imported, from (config, task).
+
+`plan_task` is pure: the machine facts it depends on (cores, bfloat16 CPU
+flags, the inherited environment) are arguments with this machine's values as
+defaults. `launch` applies a plan to each child it starts (environment,
+umask, CPU priority, before exec) and `train` applies the same plan to itself
+(started by the launcher, by hand on another host, or under TF_CONFIG), so a
+task's settings never depend on how it was started. The task's first log
+line shows the plan (`describe`). No TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence, Tuple
+
+from . import cpu
+from .config import IN_GRAPH_STRATEGIES, Config, TaskId, TaskSettings, device_index
+from .hosts import same_machine
+from .topology import build_tf_config
+
+# Files and directories a run creates: nobody else may replace a checkpoint.
+PRIVATE_UMASK = 0o027
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    task: TaskId
+    chief: TaskId                       # the task that saves checkpoints
+    env: Tuple[Tuple[str, str], ...]    # environment variables to set before TensorFlow loads
+    tf_config: Optional[dict]           # None: in-graph replication runs without a cluster
+    settings: TaskSettings              # the task's `tasks:` settings (GPU memory, step delay)
+    intra_op_threads: int
+    inter_op_threads: int
+    umask: int
+    nice: object                        # the CPU priority to take ('idle' or 0-19), None to keep it
+    precision: str                      # float32/mixed_*; 'auto' while it waits on the GPUs' compute capability
+    cpu_precision: str                  # what 'auto' means on this CPU when the task sees no GPU
+    in_graph: bool                      # mirrored/one_device: one process, no TF server
+    evaluates_itself: bool              # in-graph without an evaluator: train, then evaluate and export here
+    logical_cpus: int                   # CPU devices to create (mirrored over /cpu:0 and /cpu:1 needs 2)
+    sync_replicas: Optional[Tuple[int, int]]  # (replicas_to_aggregate, total) for parameter_server_sync
+
+    @property
+    def is_chief(self) -> bool:
+        return self.task == self.chief
+
+
+def _threads(config: Config, task: TaskId, settings: TaskSettings, cores: int) -> Tuple[int, int]:
+    """(intra_op, inter_op); 'auto' splits this machine's cores between its trainers.
+
+    Left to TensorFlow, every process on a shared machine starts one thread per
+    core, and two workers on two cores then run slower than one.
+    """
+    if task.is_evaluator:
+        # One thread: even at SCHED_IDLE an evaluator on every core slowed the
+        # trainers sharing its machine by a quarter (caches, memory bandwidth);
+        # with one it costs little, and the final evaluation of 10k images
+        # still takes only seconds.
+        auto = (1, 1)
+    elif task.type == "ps":
+        auto = (1, 2)  # a ps task only applies updates
+    else:
+        host = config.cluster.host(task)
+        trainers = [t for t in config.cluster.tasks() if t.is_trainer and same_machine(config.cluster.host(t), host)]
+        auto = (max(1, cores // max(1, len(trainers))), 2)
+    intra = auto[0] if settings.intra_op_threads == "auto" else settings.intra_op_threads
+    inter = auto[1] if settings.inter_op_threads == "auto" else settings.inter_op_threads
+    return intra, inter
+
+
+def _logical_cpus(config: Config, task: TaskId) -> int:
+    """Logical CPU devices `mirrored`/`one_device` ask for (e.g. /cpu:1 needs two)."""
+    strategy = config.strategy
+    if task.type != "chief" or strategy.name not in IN_GRAPH_STRATEGIES:
+        return 1
+    devices = strategy.devices if strategy.name == "mirrored" else (strategy.device,)
+    cpu_indices = [device_index(d)[1] for d in devices or () if d != "auto" and device_index(d)[0] == "cpu"]
+    return max(cpu_indices, default=0) + 1
+
+
+def _environment(config: Config, settings: TaskSettings, environ: Mapping[str, str]) -> Tuple[Tuple[str, str], ...]:
+    env = {"PYTHONUNBUFFERED": "1"}
+    if config.session.log_device_placement:
+        env["TF_CPP_MIN_LOG_LEVEL"] = "0"  # the placement lines are INFO-level C++ logs
+    else:
+        # C++ INFO lines (oneDNN notices, CPU feature banners) drown the useful ones.
+        env["TF_CPP_MIN_LOG_LEVEL"] = environ.get("TF_CPP_MIN_LOG_LEVEL", "1")
+    if settings.gpus is not None:
+        # "-1" rather than "": an invalid index hides every GPU after it on
+        # every CUDA version, while an empty value has been read as "unset".
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, settings.gpus)) if settings.gpus else "-1"
+    return tuple(sorted(env.items()))
+
+
+def plan_task(config: Config, task: TaskId, tf_config: Optional[dict] = None, *, cores: Optional[int] = None,
+              cpu_bfloat16: Optional[bool] = None, environ: Optional[Mapping[str, str]] = None) -> TaskPlan:
+    """The plan of `task`; `tf_config` defaults to the one the YAML cluster gives it."""
+    settings = config.task_settings(task)
+    cores = cpu.available_cores() if cores is None else cores
+    cpu_bfloat16 = cpu.cpu_has_bfloat16() if cpu_bfloat16 is None else cpu_bfloat16
+    in_graph = config.strategy.name in IN_GRAPH_STRATEGIES and not task.is_evaluator
+    cpu_precision = "mixed_bfloat16" if cpu_bfloat16 else "float32"
+    precision = config.model.precision
+    if precision == "auto" and settings.gpus == ():
+        precision = cpu_precision  # no GPU can show up: the CPU decides now
+    intra, inter = _threads(config, task, settings, cores)
+    total = config.cluster.num_workers
+    return TaskPlan(
+        task=task, chief=config.cluster.chief_task, settings=settings,
+        env=_environment(config, settings, os.environ if environ is None else environ),
+        tf_config=None if in_graph else (tf_config or build_tf_config(config.cluster, task)),
+        intra_op_threads=intra, inter_op_threads=inter, umask=PRIVATE_UMASK,
+        nice=config.evaluation.nice if task.is_evaluator else None,
+        precision=precision, cpu_precision=cpu_precision, in_graph=in_graph,
+        evaluates_itself=in_graph and config.cluster.evaluator is None,
+        logical_cpus=_logical_cpus(config, task),
+        sync_replicas=((config.strategy.replicas_to_aggregate or total), total)
+        if config.strategy.name == "parameter_server_sync" else None)
+
+
+def resolve_precision(plan: TaskPlan, gpu_capabilities: Sequence[Tuple[int, int]]) -> str:
+    """The training precision, once the task knows its GPUs' compute capabilities ([] without GPUs).
+
+    'auto' picks the fastest type the devices compute natively: emulated
+    16-bit arithmetic is slower than float32, so auto never picks a type the
+    hardware lacks.
+    """
+    if plan.precision != "auto":
+        return plan.precision
+    if gpu_capabilities:
+        return "mixed_float16" if all(tuple(c) >= (7, 0) for c in gpu_capabilities) else "float32"
+    return plan.cpu_precision
+
+
+def child_environment(plan: TaskPlan, environ: Mapping[str, str]) -> dict:
+    """The environment of a task process the launcher starts: its own, with the plan's variables."""
+    env = {k: v for k, v in environ.items() if k != "TF_CONFIG"}  # each task builds its own from the YAML
+    env.update(plan.env)
+    return env
+
+
+def apply_in_child(plan: TaskPlan) -> str:
+    """The plan's process settings (umask, CPU priority); runs before TensorFlow loads. Says what it did."""
+    os.umask(plan.umask)
+    return cpu.lower_cpu_priority(plan.nice) if plan.nice is not None else "unchanged"
+
+
+def apply_to_this_process(plan: TaskPlan) -> str:
+    """What `train` does first: the environment, umask and priority of its plan, before importing TensorFlow."""
+    os.environ.update(plan.env)
+    if plan.tf_config is None:
+        os.environ.pop("TF_CONFIG", None)
+    else:
+        os.environ["TF_CONFIG"] = json.dumps(plan.tf_config)  # the one place a task's TF_CONFIG is set
+    return apply_in_child(plan)
+
+
+def describe(plan: TaskPlan) -> str:
+    """The applied plan, for the task's first log line."""
+    env = " ".join(f"{k}={v!r}" for k, v in plan.env if k != "PYTHONUNBUFFERED")
+    cuda = "" if any(k == "CUDA_VISIBLE_DEVICES" for k, _ in plan.env) else " CUDA_VISIBLE_DEVICES=(inherited)"
+    return (f"{env}{cuda} intra_op_threads={plan.intra_op_threads} inter_op_threads={plan.inter_op_threads} "
+            f"umask={plan.umask:03o} in_graph={plan.in_graph} evaluates_itself={plan.evaluates_itself}")

@@ -1,0 +1,151 @@
+"""Every work-around for TensorFlow 2.15 (tensorflow-estimator 2.15.0) in one place.
+
+Each entry names the TF version it was seen on, the symptom, and the test
+that pins it. Two more live where the data flows and are listed here so that
+this file stays the index:
+- in-graph strategies (mirrored, one_device) run with no TF_CONFIG cluster:
+  with one, Estimator placed the input pipeline on /job:localhost while the
+  session had only /job:chief devices (task_plan.plan_task sets tf_config to
+  None; pinned by tests/e2e/test_strategies_run.py::test_mirrored_replicates_over_two_devices);
+- the startup watchdog is a separate process (startup_watchdog.py): while TF
+  sets up a MultiWorkerMirrored cluster it holds the GIL, so no thread of the
+  task could act (tests/e2e/test_cluster_run.py::test_a_peer_that_never_starts_is_named_within_the_timeout).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+
+import tensorflow as tf
+
+from . import checkpoints
+
+READY_POLL_SECS = 1.0
+
+
+def poll_for_ready_model_quickly() -> None:
+    """TF 2.15: non-chief trainers poll for the chief's initialised variables every 30 s.
+
+    Estimator gives no way to change SessionManager's recovery_wait_secs, and
+    on a short ps run a worker joined only after the chief had finished.
+    One-second polls cost nothing. Pinned by
+    tests/e2e/test_strategies_run.py::test_parameter_server_async (the slowed worker trains).
+    """
+    from tensorflow.python.training import session_manager  # pylint: disable=import-outside-toplevel
+
+    original = session_manager.SessionManager.__init__
+    if getattr(original, "_polls_quickly", False):
+        return
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self._recovery_wait_secs = min(self._recovery_wait_secs, READY_POLL_SECS)  # pylint: disable=protected-access
+
+    init._polls_quickly = True
+    session_manager.SessionManager.__init__ = init
+
+
+def no_bfloat16_fusion(proto: tf.compat.v1.ConfigProto) -> None:
+    """TF 2.15: in a cluster session grappler's remapper fuses bfloat16 Conv2D+BiasAdd+Relu into a
+    _FusedConv2D that has no bfloat16 CPU kernel, and the first step fails. Bfloat16 trainers turn the
+    remapper off (the evaluator computes in float32 and keeps it). Pinned by
+    tests/unit/test_strategy.py::test_bfloat16_turns_off_the_fusion_that_has_no_bfloat16_kernel.
+    """
+    from tensorflow.core.protobuf import rewriter_config_pb2  # pylint: disable=import-outside-toplevel
+
+    proto.graph_options.rewrite_options.remapping = rewriter_config_pb2.RewriterConfig.OFF
+
+
+def set_collective_options(strategy, options) -> None:
+    """TF 2.15: the v1 MultiWorkerMirroredStrategy takes no CommunicationOptions (only `communication=`).
+    Its extended object builds the all-reduce ops from these options when Estimator configures it, so
+    the timeout reaches every collective op. Pinned by
+    tests/process/test_tf_subprocess.py::test_collective_options_reach_the_all_reduce_ops.
+    """
+    strategy.extended._communication_options = options  # pylint: disable=protected-access
+
+
+def float32_variables(network: tf.keras.Model):
+    """TF 2.15 / Keras 2.15: in-graph MirroredStrategy with a mixed policy failed in Adam's slot creation
+    ('PerReplica' object has no attribute 'name'): it does not see the AutoCastVariable wrappers of one
+    variable on several replicas as one mirrored variable. The optimizer gets the float32 variables
+    underneath (private `_variable`). Pinned by tests/e2e/test_strategies_run.py::test_mirrored_replicates_over_two_devices.
+    """
+    return [getattr(v, "_variable", v) for v in network.trainable_variables]
+
+
+class ReleaseSyncTokensHook(tf.compat.v1.train.SessionRunHook):
+    """TF 2.15: with SyncReplicasOptimizer the chief was seen waiting for ever for a step token.
+
+    A replica waits for a token after each step, and tokens only come from the
+    next aggregated update. Once the global step passes max_steps the replicas
+    that already stopped send no more gradients, so a replica that began one
+    more step would wait for ever. Spare tokens handed out when a replica stops
+    let it finish that step, see that training is over and stop. Pinned by
+    tests/e2e/test_strategies_run.py::test_parameter_server_sync_with_a_backup_worker.
+    """
+
+    def __init__(self, optimizer, total_replicas: int):
+        queue = optimizer.get_chief_queue_runner().queue
+        global_step = tf.compat.v1.train.get_global_step()
+        with tf.control_dependencies(None), tf.compat.v1.device(global_step.device):
+            self._release = queue.enqueue_many(
+                (tf.fill([total_replicas], tf.identity(global_step)),), name="release_sync_tokens")
+
+    def end(self, session):
+        try:
+            session.run(self._release)
+        except tf.errors.OpError:
+            pass  # the ps tasks are already gone: nobody is left waiting on them
+
+
+def exit_now(message: str, code: int = 0) -> None:
+    """Ends the process at once (TF threads blocked in C++ would stop a normal exit), logs flushed."""
+    print(f"[estimator-mnist] {message}", file=sys.stderr, flush=True)
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(code)
+
+
+class TeardownWatchdogHook(tf.compat.v1.train.SessionRunHook):
+    """TF 2.15: trainers kept running after training was over, waiting on peers or in session close.
+
+    Seen, all after the chief's final checkpoint was on disk: under
+    MultiWorkerMirrored, GrpcSession::Close on the chief and the workers waited
+    60-90 s on peers that had already finished (py-spy: LocalMaster::CloseSession
+    in WaitForNotification); a worker stayed blocked after the chief finished;
+    with in-graph MirroredStrategy, BaseSession.close blocked for minutes with
+    no peer at all. So every trainer watches model_dir from the start. Once its
+    work is on disk (the checkpoint at or past max_steps; for a process that
+    evaluates itself, the final evaluation and export) it has `timeout_secs` to
+    exit by itself, then it says why and exits 0: nothing is lost. Pinned by
+    tests/unit/test_hooks.py::test_teardown_watchdog_exits_only_once_the_work_is_saved.
+    """
+
+    def __init__(self, model_dir: str, timeout_secs: float, max_steps: int, wait_for_final_evaluation: bool = False,
+                 before_exit=None, exit_fn=exit_now, poll_secs: float = 0.5):
+        self._model_dir, self._timeout_secs, self._max_steps = model_dir, timeout_secs, max_steps
+        self._wait_for_final_evaluation = wait_for_final_evaluation
+        self._before_exit, self._exit_fn, self._poll_secs = before_exit, exit_fn, poll_secs
+
+    def begin(self):
+        threading.Thread(target=self.watch, name="teardown-watchdog", daemon=True).start()
+
+    def work_is_saved(self) -> bool:
+        if self._wait_for_final_evaluation:
+            return any(r["global_step"] >= self._max_steps for r in checkpoints.read_eval_results(self._model_dir))
+        return (checkpoints.latest_step(self._model_dir) or -1) >= self._max_steps
+
+    def watch(self) -> None:
+        while not self.work_is_saved():
+            time.sleep(self._poll_secs)
+        time.sleep(self._timeout_secs)
+        if self._before_exit is not None:
+            self._before_exit()
+        self._exit_fn(f"training ended at step {checkpoints.latest_step(self._model_dir)} and its results are saved, "
+                      f"but this task is still blocked {self._timeout_secs:g} s later (TensorFlow waiting on peers that "
+                      f"left, or closing its session); exiting")

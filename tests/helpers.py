@@ -1,0 +1,71 @@
+"""Helpers shared by the test tiers: the repository root, free ports, YAML files, launching clusters."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from estimator_mnist.hosts import free_loopback_ports as free_ports  # noqa: F401  (re-exported for the tests)
+from estimator_mnist.launch.processes import descendants, living_pids as pids_alive  # noqa: F401
+
+REPO = Path(__file__).resolve().parent.parent
+_STARTED_LAUNCHES = []
+
+
+def run_cli(*args, env=None, timeout=120) -> subprocess.CompletedProcess:
+    """`python -m estimator_mnist ARGS` in a fresh process, without any TF_CONFIG of ours."""
+    full_env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "estimator_mnist", *args], capture_output=True, text=True,
+                          cwd=REPO, env=full_env, timeout=timeout)
+
+
+def start_launch(path, *extra) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "estimator_mnist", "launch", "--cluster", str(path), *extra],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _STARTED_LAUNCHES.append(proc)
+    return proc
+
+
+def stop_started_launches() -> None:
+    """A test that fails half-way must not leave its cluster running: Ctrl-C each launcher, which stops
+    its tasks, and SIGKILL it if that takes too long."""
+    while _STARTED_LAUNCHES:
+        proc = _STARTED_LAUNCHES.pop()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+
+
+def write_cluster(tmp_path, template: str, port_count: int, **fields) -> Path:
+    """Writes `template` with fresh loopback ports p0..pN, run_dir and data_dir filled in."""
+    ports = {f"p{i}": port for i, port in enumerate(free_ports(port_count))}
+    path = tmp_path / "cluster.yaml"
+    path.write_text(template.format(run_dir=tmp_path / "run", **ports, **fields), encoding="utf-8")
+    return path
+
+
+def launch_cluster(tmp_path, template: str, port_count: int, attempts: int = 3, **fields):
+    """Runs `launch` to completion: (exit code, output, run summary or None).
+
+    New free ports are chosen when one was taken between choosing and binding.
+    """
+    for _ in range(attempts):
+        proc = start_launch(write_cluster(tmp_path, template, port_count, **fields))
+        out, _ = proc.communicate(timeout=900)
+        if proc.returncode == 2 and "already in use" in out:
+            continue
+        summary_path = tmp_path / "run" / "run_summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+        return proc.returncode, out, summary
+    pytest.fail(f"no free ports after {attempts} attempts: {out}")

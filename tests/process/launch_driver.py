@@ -1,0 +1,26 @@
+"""Run as a script by test_supervision.py: a launcher whose tasks ignore SIGTERM, to be stopped with Ctrl-C.
+
+usage: python launch_driver.py RUN_DIR
+"""
+
+import sys
+from pathlib import Path
+
+from estimator_mnist.config import config_from_dict
+from estimator_mnist.launch import Launcher
+
+FAKE = str(Path(__file__).parent / "fake_task.py")
+
+
+def main(run_dir: str) -> int:
+    config = config_from_dict({"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"]},
+                               "launcher": {"grace_secs": 1}, "run_dir": run_dir}, "c.yaml")
+
+    def command(task):
+        return [sys.executable, FAKE, "hang_ignoring_sigterm", run_dir, config.model_dir, str(task), "100"]
+
+    return Launcher(config, "c.yaml", command_for=command).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,57 @@
+"""The restart policy with stand-in tasks: what is restarted, from which checkpoint, and when it gives up."""
+
+import re
+from pathlib import Path
+
+from tests.helpers import pids_alive
+from tests.process.launching import HEALTHY, ON_FAILURE, make_config, run
+
+
+def test_on_failure_restarts_the_training_group_and_finishes(tmp_path):
+    config = make_config(tmp_path, restart=ON_FAILURE)
+    code, out, summary, _, _ = run(config, {**HEALTHY, "chief:0": "chief_fails_once"})
+    assert code == 0, out
+    assert "restart 1/2: chief:0 exit code 3 at step 20; starting chief:0, worker:0 again from checkpoint None" in out
+    [restart] = summary["restarts"]
+    assert restart["failed_task"] == "chief:0" and restart["reason"] == "exit code 3"
+    assert restart["restarted_tasks"] == ["chief:0", "worker:0"]  # the evaluator kept running
+    assert restart["step_at_failure"] == 20 and restart["steps_redone"] == 20
+    assert summary["status"] == "finished" and summary["global_step"] == 100
+    assert len(summary["all_pids"]) == 5 and not pids_alive(summary["all_pids"])
+
+
+def test_never_does_not_restart(tmp_path):
+    config = make_config(tmp_path)
+    code, out, summary, _, _ = run(config, {**HEALTHY, "chief:0": "chief_fails_once"})
+    assert code == 1 and summary["restarts"] == []
+    assert "failed: task chief:0 failed (exit code 3)" in out
+
+
+def test_gives_up_after_max_restarts(tmp_path):
+    config = make_config(tmp_path, restart=ON_FAILURE)
+    code, out, summary, _, _ = run(config, {**HEALTHY, "worker:0": "fail_soon"})
+    assert code == 1
+    assert len(summary["restarts"]) == 2
+    assert re.search(r"failed: task worker:0 failed \(exit code 3\).*; gave up after 2 restarts "
+                     r"\(restart\.max_restarts=2\)", out), out
+    assert not pids_alive(summary["all_pids"])
+
+
+def test_a_stall_is_a_failure_that_restarts(tmp_path):
+    config = make_config(tmp_path, restart=ON_FAILURE, launcher={"stall_timeout_secs": 3})
+    code, out, summary, _, _ = run(config, {**HEALTHY, "chief:0": "chief_stalls_once"})
+    assert code == 0, out
+    [restart] = summary["restarts"]
+    assert restart["failed_task"] is None and restart["reason"].startswith("stalled for 5 s")  # 3 + startup 2
+    assert not pids_alive(summary["all_pids"])
+
+
+def test_a_failed_evaluator_is_restarted_alone(tmp_path):
+    config = make_config(tmp_path, restart=ON_FAILURE)
+    code, out, summary, _, _ = run(config, {**HEALTHY, "evaluator:0": "evaluator_fails_once"})
+    assert code == 0, out
+    [restart] = summary["restarts"]
+    assert restart["restarted_tasks"] == ["evaluator:0"] and restart["steps_redone"] == 0
+    assert summary["accuracy"] == 0.97
+
+

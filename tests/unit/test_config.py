@@ -1,0 +1,167 @@
+"""The YAML file: every bad file refused with its one-line message, defaults, parsing, freezing."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from estimator_mnist import cli
+from estimator_mnist.config import TaskId, load_config, schema as C
+from estimator_mnist.errors import UsageError
+from tests.helpers import REPO
+
+BAD = Path(__file__).parent / "bad_configs"
+
+# file -> regex its one-line message must match (file name and key are always named).
+EXPECTED = {
+    "unknown_top_key.yaml": r"unknown key 'trainig' in the top level; valid keys are: cluster, strategy, tasks, session, model, training",
+    "unknown_section_key.yaml": r"unknown key 'max_step' in training; valid keys are: .*max_steps",
+    "wrong_type_steps.yaml": r"training\.max_steps must be a whole number, got 'many'",
+    "bool_as_int.yaml": r"training\.batch_size_per_replica must be a whole number, got True",
+    "malformed_address.yaml": r"cluster\.chief\[0\] is 'localhost', not a 'host:port' address",
+    "duplicate_address.yaml": r"cluster\.worker\[0\] repeats the address localhost:2222 already used by cluster\.chief\[0\]",
+    "port_out_of_range.yaml": r"cluster\.chief\[0\] has port 70000, outside 1-65535",
+    "port_zero.yaml": r"cluster\.worker\[0\] has port 0, outside 1-65535",
+    "no_chief_no_worker.yaml": r"cluster has no chief and no worker",
+    "two_chiefs.yaml": r"cluster\.chief lists 2 addresses but at most one chief is allowed",
+    "two_evaluators.yaml": r"cluster\.evaluator lists 2 addresses but at most one evaluator is allowed",
+    "unknown_strategy.yaml": r"strategy\.name must be one of multi_worker_mirrored, parameter_server, parameter_server_sync, mirrored, one_device, got 'mirrored_everywhere'",
+    "mwms_with_ps.yaml": r"strategy 'multi_worker_mirrored' does not use parameter servers but cluster\.ps is set; remove cluster\.ps",
+    "negative_batch.yaml": r"training\.batch_size_per_replica must be a positive number, got -8",
+    "zero_steps.yaml": r"training\.max_steps must be a positive number, got 0",
+    "not_yaml.yaml": r"not valid YAML \(line \d+, column \d+: ",
+    "empty.yaml": r"missing required key 'cluster'.*the file is empty",
+    "no_cluster.yaml": r"missing required key 'cluster'",
+    "cluster_not_mapping.yaml": r"cluster must be a mapping of keys to values, got list",
+    "bad_choice_network.yaml": r"model\.network must be one of classic_cnn, tutorial_cnn, got 'resnet'",
+    "learning_rate_negative.yaml": r"model\.learning_rate must be a positive number, got -0\.1",
+    "checkpoint_after_end.yaml": r"training\.save_checkpoints_steps must be at most training\.max_steps \(100\), got 500",
+    "empty_worker_list.yaml": r"cluster\.worker is an empty list",
+    "bad_threads.yaml": r"tasks\.all\.intra_op_threads must be 'auto' or a whole number",
+    "wrong_strategy_key.yaml": r"strategy\.replicas_to_aggregate applies to strategy parameter_server_sync only, not 'multi_worker_mirrored'; remove it",
+    "strategy_without_name.yaml": r"missing required key 'strategy\.name'; add it \(one of multi_worker_mirrored, ",
+    "unknown_strategy_key.yaml": r"unknown key 'comunication' in strategy; valid keys are: name, communication, ",
+    "ps_without_ps.yaml": r"strategy 'parameter_server' keeps the variables on parameter servers but cluster\.ps is empty; add cluster\.ps",
+    "ps_sync_without_chief.yaml": r"strategy 'parameter_server_sync' needs a chief .*; move one address from cluster\.worker to cluster\.chief",
+    "replicas_to_aggregate_too_large.yaml": r"strategy\.replicas_to_aggregate is 3 but the cluster has only 2 training replicas .*; use at most 2",
+    "mirrored_two_machines.yaml": r"strategy 'mirrored' runs one training process on one machine but cluster\.worker is set; keep only cluster\.chief",
+    "mirrored_without_chief.yaml": r"strategy 'mirrored' runs one training process on one machine but cluster\.worker is set",
+    "one_device_with_ps.yaml": r"strategy 'one_device' runs one training process on one machine but cluster\.ps is set",
+    "nccl_on_cpu_task.yaml": r"strategy\.communication is nccl but task worker:0 has no GPU \(its gpus is \[\]\); use communication: ring or auto",
+    "mirrored_nccl_on_cpus.yaml": r"strategy\.cross_device_ops is nccl but strategy\.devices has no GPU .*; use cross_device_ops: auto",
+    "mirrored_gpu_not_visible.yaml": r"strategy\.devices must be one of the 1 GPU\(s\) the chief sees, /gpu:0 to /gpu:0 .*got '/gpu:1'",
+    "bad_device.yaml": r"strategy\.devices must be a list of distinct devices .*got \['/tpu:0'\]",
+    "repeated_gpu.yaml": r"tasks\.worker:0\.gpus must be a list of distinct GPU indices .*got \[0, 0\]",
+    "unknown_task_selector.yaml": r"tasks\.worker:3 names no task of this cluster; use 'all', a role \(chief, worker\) or a task \(chief:0, worker:0\)",
+    "unknown_task_key.yaml": r"unknown key 'gpu' in tasks\.all; valid keys are: gpus, gpu_memory_growth",
+    "placement_not_bool.yaml": r"session\.log_device_placement must be true or false, got 'yes'",
+    "restart_policy_typo.yaml": r"restart\.policy must be one of never, on_failure, got 'always'",
+    "network_mode_typo.yaml": r"launcher\.network must be one of auto, private, host, got 'none'",
+    "keep_one_checkpoint_with_evaluator.yaml": r"training\.keep_checkpoint_max must be at least 2 when the cluster has an evaluator",
+    "memory_fraction_too_big.yaml": r"tasks\.chief\.gpu_memory_fraction must be between 0 and 1, got 1\.5",
+    "dropout_one.yaml": r"model\.dropout must be in \[0, 1\), got 1\.0",
+    "precision_typo.yaml": r"model\.precision must be one of auto, float32, mixed_bfloat16, mixed_float16, got 'bf16'",
+    "evaluator_nice_out_of_range.yaml": r"evaluation\.nice must be 'idle' or a whole number between 0 and 19, got 25",
+}
+
+
+def test_every_bad_file_has_an_expectation():
+    assert sorted(p.name for p in BAD.glob("*.yaml")) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_bad_file_is_rejected_with_a_one_line_message(name):
+    path = BAD / name
+    with pytest.raises(UsageError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(str(path) + ": ")
+    assert re.search(EXPECTED[name], message), message
+
+
+def test_unreadable_file(tmp_path):
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(UsageError, match=r"nope\.yaml: cannot read the cluster file \(No such file or directory\); pass an existing YAML"):
+        load_config(missing)
+
+
+def test_defaults_and_paths(write_yaml, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ESTIMATOR_MNIST_DATA_DIR", raising=False)
+    config = load_config(write_yaml("cluster: {chief: ['localhost:2222'], worker: ['127.0.0.1:2223']}\n", "mine.yaml"))
+    assert config.strategy == C.StrategyConfig(name="multi_worker_mirrored")
+    assert config.task_settings(TaskId("worker", 0)) == C.TaskSettings()
+    assert config.cluster.chief == (C.Address("localhost", 2222),)
+    assert config.cluster.num_workers == 2
+    assert config.cluster.evaluator is None
+    assert config.training == C.TrainingConfig()
+    assert config.run_dir == str(tmp_path / "runs" / "mine")
+    assert config.model_dir == str(tmp_path / "runs" / "mine" / "model")
+    assert config.data_dir == str(Path.home() / "tensorflow_datasets")
+
+
+def test_config_is_frozen(write_yaml):
+    config = load_config(write_yaml("cluster: {worker: ['localhost:2222']}\n"))
+    with pytest.raises(Exception):
+        config.training.max_steps = 5
+    with pytest.raises(Exception):
+        config.strategy = "other"
+
+
+def test_values_are_parsed(write_yaml):
+    config = load_config(write_yaml("""
+cluster:
+  worker: ["localhost:2222", "[::1]:2223"]
+  evaluator: "localhost:9999"
+model: {network: tutorial_cnn, optimizer: momentum, learning_rate: 1, momentum: 0.5}
+training: {batch_size_per_replica: 32, max_steps: 10, save_checkpoints_steps: 5}
+evaluation: {throttle_secs: 0, export: best}
+tasks:
+  worker:1: {intra_op_threads: 3, gpus: [1], gpu_memory_fraction: 0.5}
+  all: {inter_op_threads: 4, gpu_memory_growth: true}
+  worker: {intra_op_threads: 2, gpus: []}
+session: {log_device_placement: true, operation_timeout_ms: 5000}
+"""))
+    assert config.cluster.worker[1] == C.Address("::1", 2223)
+    assert str(config.cluster.worker[1]) == "[::1]:2223"
+    assert config.cluster.evaluator == "localhost"
+    assert config.model.learning_rate == 1.0 and isinstance(config.model.learning_rate, float)
+    assert config.model.network == "tutorial_cnn"
+    # The most specific selector wins, whatever the order in the file.
+    assert config.task_settings(TaskId("worker", 1)) == C.TaskSettings(
+        gpus=(1,), gpu_memory_growth=True, gpu_memory_fraction=0.5, intra_op_threads=3, inter_op_threads=4)
+    assert config.task_settings(TaskId("worker", 0)) == C.TaskSettings(
+        gpus=(), gpu_memory_growth=True, intra_op_threads=2, inter_op_threads=4)
+    assert config.task_settings(TaskId("evaluator", 0)) == C.TaskSettings(gpu_memory_growth=True, inter_op_threads=4)
+    assert config.session == C.SessionConfig(log_device_placement=True, operation_timeout_ms=5000)
+    assert config.evaluation.export == "best"
+
+
+def test_overrides_replace_paths(write_yaml, tmp_path):
+    config = load_config(write_yaml("cluster: {chief: ['localhost:2222']}\n"), model_dir=str(tmp_path / "m"))
+    assert config.model_dir == str(tmp_path / "m")
+
+
+def test_shipped_configs_are_valid():
+    paths = sorted((REPO / "config").glob("*.yaml")) + sorted((REPO / "docs" / "examples").glob("*.yaml"))
+    strategies = {load_config(path).strategy.name for path in paths}
+    assert strategies == set(C.STRATEGIES)  # one ready example per strategy
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("command", ["launch", "validate"])
+def test_cli_rejects_bad_files_with_exit_2_and_starts_nothing(name, command, tmp_path, monkeypatch, capsys):
+    """In-process: the CLI's own main(); tests/process/test_cli.py runs each command once as a real process."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main([command, "--cluster", str(BAD / name)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("estimator-mnist: error: "), lines
+    assert re.search(EXPECTED[name], lines[0])
+    assert not (tmp_path / "runs").exists()  # nothing was started or created
+
+
+def test_a_float_in_exponent_notation_is_a_number(write_yaml):
+    """YAML 1.1 (PyYAML) reads 1e-3 as a string; the config reads it as the number every user means."""
+    config = load_config(write_yaml("cluster: {chief: ['localhost:2222']}\nmodel: {learning_rate: 1e-3}\n"))
+    assert config.model.learning_rate == 0.001

@@ -1,0 +1,68 @@
+"""Training hooks: the progress record a real Estimator run writes, and the teardown watchdog."""
+
+import threading
+import time
+
+import pytest
+
+from estimator_mnist import runner
+from estimator_mnist.config import TaskId, config_from_dict
+from estimator_mnist.progress import read_progress
+from estimator_mnist.task_plan import plan_task
+from estimator_mnist.tf_workarounds import TeardownWatchdogHook
+from tests.unit.fakes import dataset_of, fake_mnist
+
+
+def test_a_training_run_writes_its_progress_record(tmp_path):
+    images, labels = fake_mnist(128)
+    config = config_from_dict({
+        "cluster": {"chief": ["localhost:1"]},
+        "training": {"batch_size_per_replica": 8, "max_steps": 12, "save_checkpoints_steps": 12},
+        "run_dir": str(tmp_path / "run"),
+    }, "test")
+    plan = plan_task(config, TaskId("chief", 0))
+    estimator = runner.build_estimator(config, plan)
+    # Without the teardown watchdog: once the work is saved it would end this very process.
+    hooks = [h for h in runner.training_hooks(config, plan) if not isinstance(h, TeardownWatchdogHook)]
+    assert len(hooks) == 1
+    train_spec, _ = runner.train_and_eval_specs(config, make_dataset=lambda split: dataset_of(images, labels),
+                                                hooks=hooks)
+    estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
+    record = read_progress(config.run_dir)["chief:0"]
+    assert record["done"] is True and record["local_step"] == 12 and record["global_step"] == 12
+    assert record["loss"] is not None and record["loss"] > 0
+    assert [step for step, _ in record["step_times"]] == [1, 10, 12]
+    assert record["first_step_time"] <= record["time"]
+
+
+def write_final_checkpoint(model_dir, step=5):
+    (model_dir / f"model.ckpt-{step}.index").touch()
+    (model_dir / "checkpoint").write_text(f'model_checkpoint_path: "model.ckpt-{step}"')
+
+
+def write_final_evaluation(model_dir, step=5):
+    with open(model_dir / "eval_results.jsonl", "a", encoding="utf-8") as handle:
+        handle.write(f'{{"global_step": {step}, "accuracy": 0.9}}\n')
+
+
+@pytest.mark.parametrize("evaluates_itself", [False, True])
+def test_teardown_watchdog_exits_only_once_the_work_is_saved(tmp_path, evaluates_itself):
+    """A trainer stuck after training ends is ended (exit 0), but never before its final checkpoint,
+    or its final evaluation when it evaluates itself, is on disk."""
+    exits, reported = [], []
+    hook = TeardownWatchdogHook(str(tmp_path), timeout_secs=0.2, max_steps=5,
+                                wait_for_final_evaluation=evaluates_itself, poll_secs=0.02,
+                                before_exit=lambda: reported.append(True), exit_fn=exits.append)
+    watcher = threading.Thread(target=hook.watch, daemon=True)
+    watcher.start()
+    time.sleep(0.5)
+    assert not exits  # nothing saved yet
+    write_final_checkpoint(tmp_path)
+    if evaluates_itself:
+        time.sleep(0.5)
+        assert not exits  # the checkpoint alone is not enough
+        write_final_evaluation(tmp_path)
+    watcher.join(timeout=10)
+    assert reported == [True]  # the task's own step count is logged before it is ended
+    assert exits == ["training ended at step 5 and its results are saved, but this task is still blocked 0.2 s "
+                     "later (TensorFlow waiting on peers that left, or closing its session); exiting"]

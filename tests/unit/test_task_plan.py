@@ -1,0 +1,124 @@
+"""One plan per task: environment, threads, precision, in-graph or not, TF_CONFIG, from (config, task) alone."""
+
+import json
+import os
+
+import pytest
+
+from estimator_mnist.config import TaskId, config_from_dict
+from estimator_mnist.task_plan import (PRIVATE_UMASK, apply_to_this_process, child_environment, describe, plan_task,
+                                       resolve_precision)
+
+CLUSTER = {"chief": ["localhost:1"], "worker": ["localhost:2", "localhost:3"], "evaluator": "localhost"}
+CHIEF, WORKER0, WORKER1, EVALUATOR = TaskId("chief", 0), TaskId("worker", 0), TaskId("worker", 1), TaskId("evaluator", 0)
+
+
+def make(cluster=CLUSTER, **data):
+    return config_from_dict({"cluster": cluster, **data}, "t.yaml")
+
+
+def plan(config, task, **facts):
+    return plan_task(config, task, cores=facts.pop("cores", 2), cpu_bfloat16=facts.pop("cpu_bfloat16", False),
+                     environ=facts.pop("environ", {}), **facts)
+
+
+def env(p):
+    return dict(p.env)
+
+
+def test_gpus_become_the_task_s_cuda_mask_and_none_inherits():
+    config = make(tasks={"worker": {"gpus": [2, 3]}, "worker:1": {"gpus": [1]}, "evaluator": {"gpus": []}})
+    assert "CUDA_VISIBLE_DEVICES" not in env(plan(config, CHIEF))
+    assert env(plan(config, WORKER0))["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert env(plan(config, WORKER1))["CUDA_VISIBLE_DEVICES"] == "1"
+    assert env(plan(config, EVALUATOR))["CUDA_VISIBLE_DEVICES"] == "-1"  # [] hides every GPU
+    assert child_environment(plan(config, CHIEF), {"CUDA_VISIBLE_DEVICES": "0,1,2,3"})["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+
+
+def test_placement_logging_needs_the_info_log_level():
+    loud = make(session={"log_device_placement": True})
+    assert env(plan(loud, WORKER0, environ={"TF_CPP_MIN_LOG_LEVEL": "3"}))["TF_CPP_MIN_LOG_LEVEL"] == "0"
+    assert env(plan(make(), WORKER0))["TF_CPP_MIN_LOG_LEVEL"] == "1"
+    assert env(plan(make(), WORKER0, environ={"TF_CPP_MIN_LOG_LEVEL": "2"}))["TF_CPP_MIN_LOG_LEVEL"] == "2"
+
+
+def test_a_launched_task_never_inherits_the_launcher_s_tf_config():
+    child = child_environment(plan(make(), WORKER0), {"TF_CONFIG": "{}", "HOME": "/h"})
+    assert "TF_CONFIG" not in child and child["HOME"] == "/h" and child["PYTHONUNBUFFERED"] == "1"
+
+
+def test_auto_threads_split_the_cores_between_the_trainers_of_one_machine():
+    config = make()
+    assert (plan(config, CHIEF, cores=6).intra_op_threads, plan(config, CHIEF, cores=6).inter_op_threads) == (2, 2)
+    assert plan(config, WORKER0, cores=2).intra_op_threads == 1
+    evaluator = plan(config, EVALUATOR, cores=8)
+    assert (evaluator.intra_op_threads, evaluator.inter_op_threads) == (1, 1)
+    other_hosts = make({"chief": ["a:1"], "worker": ["b:1"]})
+    assert plan(other_hosts, CHIEF, cores=4).intra_op_threads == 4
+    ps = make({"chief": ["localhost:1"], "ps": ["localhost:2"]}, strategy="parameter_server")
+    assert (plan(ps, TaskId("ps", 0)).intra_op_threads, plan(ps, TaskId("ps", 0)).inter_op_threads) == (1, 2)
+    explicit = make(tasks={"worker:1": {"intra_op_threads": 3, "inter_op_threads": 0}})
+    assert (plan(explicit, WORKER1).intra_op_threads, plan(explicit, WORKER1).inter_op_threads) == (3, 0)
+
+
+@pytest.mark.parametrize("setting, bf16, gpus, capabilities, expected", [
+    ("auto", True, None, [], "mixed_bfloat16"),
+    ("auto", False, None, [], "float32"),
+    ("auto", True, None, [(8, 0)], "mixed_float16"),
+    ("auto", True, None, [(8, 0), (6, 1)], "float32"),  # an old GPU computes float16 slowly
+    ("auto", True, [], [(8, 0)], "mixed_bfloat16"),     # no GPU can show up: decided without TensorFlow
+    ("float32", True, None, [(8, 0)], "float32"),
+    ("mixed_float16", False, None, [], "mixed_float16"),
+])
+def test_precision_is_resolved_once_from_the_cpu_and_the_gpus(setting, bf16, gpus, capabilities, expected):
+    config = make(model={"precision": setting}, tasks={"all": {"gpus": gpus}} if gpus is not None else None)
+    task_plan = plan(config, WORKER0, cpu_bfloat16=bf16)
+    assert resolve_precision(task_plan, capabilities) == expected
+    assert task_plan.precision == (expected if gpus == [] or setting != "auto" else "auto")
+
+
+def test_between_graph_tasks_get_the_yaml_cluster_as_tf_config():
+    tf_config = plan(make(), WORKER1).tf_config
+    assert tf_config == {"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2", "localhost:3"]},
+                         "task": {"type": "worker", "index": 1}}
+    given = {"cluster": {"worker": ["w0:1"]}, "task": {"type": "worker", "index": 0}}
+    assert plan(make(), WORKER0, tf_config=given).tf_config == given
+
+
+@pytest.mark.parametrize("evaluator, evaluates_itself", [(True, False), (False, True)])
+def test_in_graph_strategies_run_without_a_cluster(evaluator, evaluates_itself):
+    cluster = {"chief": ["localhost:1"], **({"evaluator": "localhost"} if evaluator else {})}
+    config = make(cluster, strategy={"name": "mirrored", "devices": ["/cpu:0", "/cpu:1"]})
+    chief = plan(config, CHIEF)
+    assert chief.in_graph and chief.tf_config is None and chief.logical_cpus == 2
+    assert chief.evaluates_itself is evaluates_itself and chief.is_chief
+    if evaluator:
+        assert not plan(config, EVALUATOR).in_graph and plan(config, EVALUATOR).logical_cpus == 1
+
+
+def test_sync_ps_plans_its_replicas_and_only_the_evaluator_is_niced():
+    config = make({"chief": ["localhost:1"], "worker": ["localhost:2", "localhost:3"], "ps": ["localhost:4"],
+                   "evaluator": "localhost"}, strategy={"name": "parameter_server_sync", "replicas_to_aggregate": 2})
+    assert plan(config, WORKER0).sync_replicas == (2, 3)
+    assert plan(make(), WORKER0).sync_replicas is None
+    assert plan(config, EVALUATOR).nice == "idle" and plan(config, WORKER0).nice is None
+    assert plan(config, WORKER0).umask == PRIVATE_UMASK
+
+
+def test_planning_changes_nothing_and_applying_sets_env_and_tf_config(monkeypatch):
+    config = make(tasks={"worker:1": {"gpus": [1]}})
+    before = dict(os.environ)
+    task_plan = plan_task(config, WORKER1)
+    assert dict(os.environ) == before
+    for name in ("CUDA_VISIBLE_DEVICES", "TF_CPP_MIN_LOG_LEVEL", "PYTHONUNBUFFERED"):
+        monkeypatch.delenv(name, raising=False)  # restored after the test, as is TF_CONFIG
+    monkeypatch.setenv("TF_CONFIG", "stale")
+    old_umask = os.umask(0o022)
+    try:
+        assert apply_to_this_process(task_plan) == "unchanged"
+        assert os.umask(0o022) == PRIVATE_UMASK
+    finally:
+        os.umask(old_umask)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
+    assert json.loads(os.environ["TF_CONFIG"])["task"] == {"type": "worker", "index": 1}
+    assert "CUDA_VISIBLE_DEVICES='1'" in describe(task_plan) and "umask=027" in describe(task_plan)
