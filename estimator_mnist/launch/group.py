@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Dict, List, Sequence
@@ -57,7 +58,7 @@ class TaskGroup:
     def stop_all(self) -> List[TaskProcess]:
         stopped = self.stop(list(self.processes.values()))
         for p in self.processes.values():
-            signal_group(p, 9)  # SIGKILL the stragglers of leaders that had already exited
+            signal_group(p, signal.SIGKILL)  # the stragglers of leaders that had already exited
         if self.network is not None:
             self.network.close()
         return stopped

@@ -91,3 +91,13 @@ def test_every_package_module_names_its_job():
 @pytest.mark.parametrize("name, limit", [("README.md", 250)])
 def test_readme_fits_a_few_screens(name, limit):
     assert (REPO / name).read_text(encoding="utf-8").count("\n") <= limit
+
+
+def test_every_tensorflow_work_around_names_a_test_that_exists():
+    import re
+
+    text = (REPO / "estimator_mnist" / "tf_workarounds.py").read_text(encoding="utf-8")
+    cited = re.findall(r"(tests/[\w/]+\.py)::(\w+)", text.replace("\n    ", " "))
+    assert len(cited) >= 7, cited
+    for path, name in cited:
+        assert f"def {name}(" in (REPO / path).read_text(encoding="utf-8"), f"{path}::{name}"
