@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from typing import List, Optional
 
 EVAL_RESULTS_FILE = "eval_results.jsonl"
@@ -54,3 +55,19 @@ def read_eval_results(model_dir: str) -> List[dict]:
     except OSError:
         pass
     return results
+
+
+def final_evaluation(model_dir: str, max_steps: int) -> Optional[dict]:
+    """The evaluation of a checkpoint at or past max_steps, if the evaluator has recorded one."""
+    return next((r for r in reversed(read_eval_results(model_dir)) if r.get("global_step", -1) >= max_steps), None)
+
+
+def wait_for_final_evaluation(model_dir: str, max_steps: int, timeout_secs: float,
+                              poll_secs: float = 0.5) -> Optional[dict]:
+    """The final evaluation once it is recorded, or None after `timeout_secs`."""
+    deadline = time.monotonic() + timeout_secs
+    while True:
+        record = final_evaluation(model_dir, max_steps)
+        if record is not None or time.monotonic() >= deadline:
+            return record
+        time.sleep(poll_secs)

@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("train", commands.cmd_train, "run one task; without --task the TF_CONFIG environment variable names it")
     p.add_argument("--cluster", metavar="FILE", help="the cluster YAML (optional when TF_CONFIG is set)")
     p.add_argument("--task", metavar="TYPE:INDEX", help="e.g. chief:0, worker:1, evaluator:0")
+    p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)  # set by train's parent for its child
     _paths(p)
 
     p = add("tf-config", commands.cmd_tf_config, "print the TF_CONFIG JSON of one task, to export on its machine")

@@ -67,21 +67,39 @@ def _config_and_task(args):
 
 
 def cmd_train(args) -> int:
+    """The parent (task_process.py) without --ready-fd; the child that runs TensorFlow with it."""
     from .hosts import all_on_loopback
     from .task_plan import apply_to_this_process, plan_task
 
     config, task, tf_config = _config_and_task(args)
     plan = plan_task(config, task, tf_config)
     priority = apply_to_this_process(plan)  # before TensorFlow is imported: env, umask, CPU priority
+    if args.ready_fd is not None:
+        return _run_child(config, plan, priority, args.ready_fd)
     if not all_on_loopback(config.cluster):
         cluster = config.cluster
         ports = ", ".join(str(cluster.address(t)) for t in cluster.server_tasks())
         print(f"estimator-mnist: warning: TensorFlow's servers accept anyone who reaches {ports}, with no "
               "authentication: allow these ports only from the cluster's own hosts (firewall or private network)",
               file=sys.stderr, flush=True)
-    from .runner import run_task
+    from .task_process import run_task_process
 
-    return run_task(config, plan, priority)
+    return run_task_process(args, plan, config.training.session_creation_timeout_secs)
+
+
+def _run_child(config, plan, priority, ready_fd) -> int:
+    """Runs TensorFlow; a failure ends the process at once (TensorFlow's threads could hold up a normal exit)."""
+    from .errors import FAILURE_EXIT_CODE, RETRYABLE_EXIT_CODE, PermanentFailure, RetryableFailure
+    from .runner import run_task
+    from .tf_workarounds import exit_now
+
+    try:
+        return run_task(config, plan, priority, ready_fd)
+    except RetryableFailure as exc:
+        exit_now(f"error: {exc}", RETRYABLE_EXIT_CODE)
+    except PermanentFailure as exc:
+        exit_now(f"error: {exc}", FAILURE_EXIT_CODE)
+    return FAILURE_EXIT_CODE  # not reached: exit_now does not return
 
 
 def cmd_launch(args) -> int:

@@ -1,13 +1,11 @@
-"""The training hooks a trainer runs with: progress records, the startup watchdog, variable placement.
+"""The training hooks a trainer runs with: progress records, the ready signal, variable placement.
 
 (The teardown watchdog is a TensorFlow work-around: tf_workarounds.py.)
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import time
 from typing import Optional
@@ -72,20 +70,17 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         log(f"task {self._task} ran {self.local_steps} local steps; global_step {global_step}")
 
 
-class StartupWatchdogHook(tf.compat.v1.train.SessionRunHook):
-    """Starts startup_watchdog.py at once and dismisses it when the session exists (the cluster formed)."""
+class ReadyHook(tf.compat.v1.train.SessionRunHook):
+    """Tells the task's parent process (task_process.py) that the session exists: the cluster formed."""
 
-    def __init__(self, task: TaskId, tf_config: dict, timeout_secs: int):
-        peers = [(f"{role}:{index}", address) for role, addresses in tf_config.get("cluster", {}).items()
-                 for index, address in enumerate(addresses) if (role, index) != (task.type, task.index)]
-        self._helper = subprocess.Popen(
-            [sys.executable, "-m", "estimator_mnist.startup_watchdog", str(os.getpid()), str(timeout_secs),
-             str(task), json.dumps(peers)], stdin=subprocess.PIPE)
+    def __init__(self, ready_fd: int):
+        self._fd = ready_fd
 
     def after_create_session(self, session, coord):
-        if self._helper.stdin and not self._helper.stdin.closed:
-            self._helper.stdin.close()
-            self._helper.wait()
+        if self._fd is not None:
+            os.write(self._fd, b"ready")
+            os.close(self._fd)
+            self._fd = None
 
 
 class VariablePlacementHook(tf.compat.v1.train.SessionRunHook):

@@ -14,15 +14,21 @@ import os
 import tensorflow as tf
 
 from . import checkpoints
-from .config import Config, TaskId
+from .config import PS_STRATEGIES, Config, TaskId
 from .data import input_fn
-from .evaluator import evaluate_checkpoints, exporter
-from .hooks import ProgressHook, StartupWatchdogHook, VariablePlacementHook, log
+from .errors import RETRYABLE_NOTE, RetryableFailure
+from .evaluator import exporter
+from .hooks import ProgressHook, ReadyHook, VariablePlacementHook, log
 from .model import model_fn
+from .peers import missing_peers, named_in, peers_of
 from .progress import ProgressWriter, progress_path
+from .roles import DoneSignalHook, run_evaluator, run_ps, run_trainer
 from .strategy import build_train_strategy, configure_devices, gpu_capabilities, session_config
 from .task_plan import TaskPlan, describe, resolve_precision
-from .tf_workarounds import TeardownWatchdogHook, poll_for_ready_model_quickly
+from .tf_workarounds import TeardownWatchdogHook, bound_session_recreation
+
+# TensorFlow's errors for a peer that is gone or unreachable, or a wait that timed out: a restart can cure them.
+TRANSIENT_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError)
 
 
 def _configure_logging(task: TaskId) -> None:
@@ -56,7 +62,6 @@ def first_log_line(config: Config, plan: TaskPlan, strategy, precision: str, pri
             f"gpu_memory_fraction={plan.settings.gpu_memory_fraction} cpu_priority={priority} "
             f"precision={precision} (model.precision={config.model.precision}) "
             f"log_device_placement={config.session.log_device_placement} "
-            f"operation_timeout_ms={config.session.operation_timeout_ms or 'none'} "
             f"model_dir={config.model_dir} pid={os.getpid()}")
 
 
@@ -105,52 +110,62 @@ def local_replicas(config: Config, strategy) -> int:
     return strategy.num_replicas_in_sync
 
 
-def training_hooks(config: Config, plan: TaskPlan, strategy=None, startup_watchdog=None):
+def training_hooks(config: Config, plan: TaskPlan, strategy=None, ready_fd=None):
     examples = config.training.batch_size_per_replica * local_replicas(config, strategy)
     writer = ProgressWriter(progress_path(config.run_dir, plan.task) if config.run_dir else None, str(plan.task),
                             examples)
     progress = ProgressHook(plan.task, writer, plan.settings.step_delay_ms / 1000.0)
     hooks = [progress,
              TeardownWatchdogHook(config.model_dir, timeout_secs=config.training.teardown_timeout_secs,
-                                  max_steps=config.training.max_steps, wait_for_final_evaluation=plan.evaluates_itself,
+                                  max_steps=config.training.max_steps,
+                                  wait_for_final_evaluation=plan.evaluates_itself or plan.waits_for_evaluation,
+                                  final_timeout_secs=config.evaluation.final_timeout_secs,
                                   before_exit=lambda: progress.report(checkpoints.latest_step(config.model_dir)))]
     if config.session.log_device_placement:
         hooks.append(VariablePlacementHook())
-    if startup_watchdog is not None:
-        hooks.append(startup_watchdog)
+    if config.strategy.name in PS_STRATEGIES:
+        hooks.append(DoneSignalHook(config, plan))
+    if ready_fd is not None:
+        hooks.append(ReadyHook(ready_fd))
     return hooks
 
 
-def run_task(config: Config, plan: TaskPlan, priority: str = "unchanged") -> int:
+def lost_cluster(plan: TaskPlan, exc: Exception) -> RetryableFailure:
+    """The one-line retryable failure for a TensorFlow error that a restart can cure, naming the peers."""
+    peers = peers_of(plan.tf_config, str(plan.task))
+    lost = named_in(str(exc), peers) or missing_peers(peers)
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    who = f"lost {', '.join(lost)}" if lost else "lost its cluster"
+    return RetryableFailure(f"task {plan.task} {who}: {type(exc).__name__}: {detail[:300]}; {RETRYABLE_NOTE}")
+
+
+def run_task(config: Config, plan: TaskPlan, priority: str = "unchanged", ready_fd=None) -> int:
     """Runs the planned task until training (or evaluation) ends. The plan is already applied."""
     task = plan.task
     finished_step = checkpoints.latest_step(config.model_dir)
-    if not task.is_evaluator and finished_step is not None and finished_step >= config.training.max_steps:
+    if task.is_trainer and finished_step is not None and finished_step >= config.training.max_steps:
         # Starting a server here would leave the peers waiting for a chief that skips training.
         log(f"task {task}: model_dir already holds step {finished_step} >= max_steps "
             f"{config.training.max_steps}; nothing to train. Raise training.max_steps to continue.")
         return 0
     os.makedirs(config.model_dir, exist_ok=True)
     _configure_logging(task)
-    # Started before the strategy: building a MultiWorkerMirrored strategy is where a missing peer hangs.
-    watchdog = StartupWatchdogHook(task, plan.tf_config, config.training.session_creation_timeout_secs) \
-        if task.is_trainer and not plan.in_graph else None
-    configure_devices(plan)
-    precision = resolve_precision(plan, gpu_capabilities())
-    strategy = build_train_strategy(config, plan)
-    log(first_log_line(config, plan, strategy, precision, priority))
-    estimator = build_estimator(config, plan, strategy, precision)
-    train_spec, eval_spec = train_and_eval_specs(
-        config, hooks=[] if task.is_evaluator else training_hooks(config, plan, strategy, watchdog))
-    if task.is_evaluator:
-        evaluate_checkpoints(estimator, eval_spec, config.training.max_steps)
-    elif plan.in_graph and not plan.evaluates_itself:
-        # The evaluator process scores the checkpoints; evaluating here too
-        # would pause training at every checkpoint.
-        poll_for_ready_model_quickly()
-        estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
-    else:
-        poll_for_ready_model_quickly()
-        tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    bound_session_recreation(config.training.session_creation_timeout_secs)
+    try:
+        configure_devices(plan)
+        precision = resolve_precision(plan, gpu_capabilities())
+        strategy = build_train_strategy(config, plan)
+        log(first_log_line(config, plan, strategy, precision, priority))
+        estimator = build_estimator(config, plan, strategy, precision)
+        train_spec, eval_spec = train_and_eval_specs(
+            config, hooks=training_hooks(config, plan, strategy, ready_fd) if task.is_trainer else [])
+        if task.is_evaluator:
+            run_evaluator(config, plan, estimator, eval_spec)
+        elif task.type == "ps":
+            run_ps(config, plan, estimator)
+        else:
+            run_trainer(config, plan, estimator, train_spec, eval_spec)
+    except TRANSIENT_ERRORS as exc:
+        raise lost_cluster(plan, exc) from None
     log(f"task {task} finished")
     return 0

@@ -53,7 +53,7 @@ def session_config(config: Config, plan: TaskPlan, precision: str) -> tf.compat.
         intra_op_parallelism_threads=plan.intra_op_threads,
         inter_op_parallelism_threads=plan.inter_op_threads,
         log_device_placement=config.session.log_device_placement,
-        operation_timeout_in_ms=config.session.operation_timeout_ms,
+        operation_timeout_in_ms=plan.operation_timeout_ms,
     )
     proto.gpu_options.allow_growth = plan.settings.gpu_memory_growth
     proto.gpu_options.per_process_gpu_memory_fraction = plan.settings.gpu_memory_fraction

@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence, Tuple
 
 from . import cpu
-from .config import IN_GRAPH_STRATEGIES, Config, TaskId, TaskSettings, device_index
+from .config import IN_GRAPH_STRATEGIES, PS_STRATEGIES, Config, TaskId, TaskSettings, device_index
 from .hosts import same_machine
 from .topology import build_tf_config
 
 # Files and directories a run creates: nobody else may replace a checkpoint.
 PRIVATE_UMASK = 0o027
+# session.operation_timeout_ms: auto under the ps strategies, so that a trainer notices a lost ps.
+PS_OPERATION_TIMEOUT_MS = 60000
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class TaskPlan:
     evaluates_itself: bool              # in-graph without an evaluator: train, then evaluate and export here
     logical_cpus: int                   # CPU devices to create (mirrored over /cpu:0 and /cpu:1 needs 2)
     sync_replicas: Optional[Tuple[int, int]]  # (replicas_to_aggregate, total) for parameter_server_sync
+    operation_timeout_ms: int           # 0: no limit
+    waits_for_evaluation: bool          # the checkpointing task of a cluster with an evaluator exits after its result
 
     @property
     def is_chief(self) -> bool:
@@ -108,6 +112,9 @@ def plan_task(config: Config, task: TaskId, tf_config: Optional[dict] = None, *,
         precision = cpu_precision  # no GPU can show up: the CPU decides now
     intra, inter = _threads(config, task, settings, cores)
     total = config.cluster.num_workers
+    timeout = config.session.operation_timeout_ms
+    if timeout == "auto":
+        timeout = PS_OPERATION_TIMEOUT_MS if config.strategy.name in PS_STRATEGIES else 0
     return TaskPlan(
         task=task, chief=config.cluster.chief_task, settings=settings,
         env=_environment(config, settings, os.environ if environ is None else environ),
@@ -118,7 +125,9 @@ def plan_task(config: Config, task: TaskId, tf_config: Optional[dict] = None, *,
         evaluates_itself=in_graph and config.cluster.evaluator is None,
         logical_cpus=_logical_cpus(config, task),
         sync_replicas=((config.strategy.replicas_to_aggregate or total), total)
-        if config.strategy.name == "parameter_server_sync" else None)
+        if config.strategy.name == "parameter_server_sync" else None,
+        operation_timeout_ms=timeout,
+        waits_for_evaluation=task == config.cluster.chief_task and config.cluster.evaluator is not None)
 
 
 def resolve_precision(plan: TaskPlan, gpu_capabilities: Sequence[Tuple[int, int]]) -> str:
@@ -163,4 +172,5 @@ def describe(plan: TaskPlan) -> str:
     env = " ".join(f"{k}={v!r}" for k, v in plan.env if k != "PYTHONUNBUFFERED")
     cuda = "" if any(k == "CUDA_VISIBLE_DEVICES" for k, _ in plan.env) else " CUDA_VISIBLE_DEVICES=(inherited)"
     return (f"{env}{cuda} intra_op_threads={plan.intra_op_threads} inter_op_threads={plan.inter_op_threads} "
-            f"umask={plan.umask:03o} in_graph={plan.in_graph} evaluates_itself={plan.evaluates_itself}")
+            f"umask={plan.umask:03o} in_graph={plan.in_graph} evaluates_itself={plan.evaluates_itself} "
+            f"operation_timeout_ms={plan.operation_timeout_ms or 'none'}")

@@ -7,9 +7,9 @@ this file stays the index:
   with one, Estimator placed the input pipeline on /job:localhost while the
   session had only /job:chief devices (task_plan.plan_task sets tf_config to
   None; pinned by tests/e2e/test_strategies_run.py::test_mirrored_replicates_over_two_devices);
-- the startup watchdog is a separate process (startup_watchdog.py): while TF
-  sets up a MultiWorkerMirrored cluster it holds the GIL, so no thread of the
-  task could act (tests/e2e/test_cluster_run.py::test_a_peer_that_never_starts_is_named_within_the_timeout).
+- the startup watchdog is the task's parent process (task_process.py): while
+  TF sets up a MultiWorkerMirrored cluster it holds the GIL, so no thread of
+  the task could act (tests/e2e/test_cluster_run.py::test_a_peer_that_never_starts_is_named_within_the_timeout).
 """
 
 from __future__ import annotations
@@ -25,6 +25,36 @@ import tensorflow as tf
 from . import checkpoints
 
 READY_POLL_SECS = 1.0
+
+
+def bound_session_recreation(timeout_secs: float) -> None:
+    """TF 2.15: MonitoredSession re-creates its session for ever after AbortedError or UnavailableError.
+
+    Survivors of a dead peer or ps were seen retrying without end
+    (_RecoverableSession._create_session loops on those errors). The loop now
+    gives up after training.session_creation_timeout_secs and the error
+    propagates, so the task exits 200 (retryable) instead of hanging. Pinned by
+    tests/unit/test_hooks.py::test_session_recreation_gives_up_after_the_timeout.
+    """
+    from tensorflow.python.training import monitored_session  # pylint: disable=import-outside-toplevel
+
+    recoverable = monitored_session._RecoverableSession  # pylint: disable=protected-access
+    if getattr(recoverable._create_session, "_bounded_secs", None) == timeout_secs:
+        return
+
+    def create_session(self):
+        deadline = time.monotonic() + timeout_secs
+        while True:
+            try:
+                return self._sess_creator.create_session()
+            except monitored_session._PREEMPTION_ERRORS as exc:  # pylint: disable=protected-access
+                if time.monotonic() >= deadline:
+                    raise
+                tf.compat.v1.logging.info("session creation failed (%s); retrying until "
+                                          "training.session_creation_timeout_secs", type(exc).__name__)
+
+    create_session._bounded_secs = timeout_secs
+    recoverable._create_session = create_session
 
 
 def poll_for_ready_model_quickly() -> None:
@@ -121,28 +151,31 @@ class TeardownWatchdogHook(tf.compat.v1.train.SessionRunHook):
     with in-graph MirroredStrategy, BaseSession.close blocked for minutes with
     no peer at all. So every trainer watches model_dir from the start. Once its
     work is on disk (the checkpoint at or past max_steps; for a process that
-    evaluates itself, the final evaluation and export) it has `timeout_secs` to
-    exit by itself, then it says why and exits 0: nothing is lost. Pinned by
+    evaluates itself, and for the chief of a cluster with an evaluator, the
+    final evaluation too) it has `timeout_secs` to exit by itself, then it says
+    why and exits 0: nothing is lost. A final evaluation that does not come
+    within `final_timeout_secs` ends it with 1. Pinned by
     tests/unit/test_hooks.py::test_teardown_watchdog_exits_only_once_the_work_is_saved.
     """
 
     def __init__(self, model_dir: str, timeout_secs: float, max_steps: int, wait_for_final_evaluation: bool = False,
-                 before_exit=None, exit_fn=exit_now, poll_secs: float = 0.5):
+                 before_exit=None, exit_fn=exit_now, poll_secs: float = 0.5, final_timeout_secs: float = 600):
         self._model_dir, self._timeout_secs, self._max_steps = model_dir, timeout_secs, max_steps
         self._wait_for_final_evaluation = wait_for_final_evaluation
+        self._final_timeout_secs = final_timeout_secs
         self._before_exit, self._exit_fn, self._poll_secs = before_exit, exit_fn, poll_secs
 
     def begin(self):
         threading.Thread(target=self.watch, name="teardown-watchdog", daemon=True).start()
 
-    def work_is_saved(self) -> bool:
-        if self._wait_for_final_evaluation:
-            return any(r["global_step"] >= self._max_steps for r in checkpoints.read_eval_results(self._model_dir))
-        return (checkpoints.latest_step(self._model_dir) or -1) >= self._max_steps
-
     def watch(self) -> None:
-        while not self.work_is_saved():
+        while (checkpoints.latest_step(self._model_dir) or -1) < self._max_steps:
             time.sleep(self._poll_secs)
+        if self._wait_for_final_evaluation and checkpoints.wait_for_final_evaluation(
+                self._model_dir, self._max_steps, self._final_timeout_secs, self._poll_secs) is None:
+            self._exit_fn(f"the final checkpoint was not evaluated within evaluation.final_timeout_secs="
+                          f"{self._final_timeout_secs:g} s; check the evaluator's log", 1)
+            return
         time.sleep(self._timeout_secs)
         if self._before_exit is not None:
             self._before_exit()

@@ -154,8 +154,10 @@ class SessionConfig:
     """Run-wide TensorFlow session settings."""
 
     log_device_placement: bool = _opt(False, kind=bool, doc="log every op's device in each task's log")
-    operation_timeout_ms: int = _opt(0, check=v.non_negative, kind=int,
-                                     doc="an op that waits longer fails with DeadlineExceeded; 0 = no limit")
+    operation_timeout_ms: Any = _opt("auto", check=v.ms_or_auto, kind="auto_int",
+                                     doc="an op that waits longer fails with DeadlineExceeded and the task exits "
+                                         "200 (retryable); 0 = no limit; auto: 60000 for the parameter_server "
+                                         "strategies (a lost ps is noticed), else 0")
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,8 @@ class TrainingConfig:
                                                   "peers that do not answer and stops (Estimator's own: 2 hours)")
     teardown_timeout_secs: int = _opt(3, check=v.positive, kind=int,
                                       doc="exit when closing the session still blocks this long after the last step")
+    ps_idle_timeout_secs: int = _opt(300, check=v.positive, kind=int,
+                                     doc="a ps task that no trainer has reached for this long exits 200 (retryable)")
 
 
 @dataclass(frozen=True)
@@ -199,6 +203,9 @@ class EvaluationConfig:
     export: str = _opt("latest", choices=EXPORTERS,
                        doc="latest: export every evaluated checkpoint; best: only when eval loss improves")
     exports_to_keep: int = _opt(3, check=v.positive, kind=int)
+    final_timeout_secs: int = _opt(600, check=v.positive, kind=int,
+                                   doc="how long the chief (and launch) wait for the evaluation of the final "
+                                       "checkpoint; past it the chief exits 1")
     nice: Any = _opt("idle", check=v.nice, kind="nice",
                      doc="the evaluator's CPU priority, so that it never slows training: idle (Linux SCHED_IDLE: it "
                          "runs only on cores the trainers leave idle) or a niceness 0-19")
@@ -209,8 +216,6 @@ class LauncherConfig:
     grace_secs: int = _opt(10, check=v.positive, kind=int, doc="SIGTERM to SIGKILL")
     finish_timeout_secs: int = _opt(60, check=v.positive, kind=int,
                                     doc="how long other tasks may take to exit once the chief finished")
-    eval_timeout_secs: int = _opt(600, check=v.positive, kind=int,
-                                  doc="how long the evaluator may take to evaluate the final checkpoint")
     stall_timeout_secs: int = _opt(300, check=v.positive, kind=int,
                                    doc="count the run as failed when no task reports progress for this long")
     network: str = _opt("auto", choices=NETWORK_MODES,

@@ -15,6 +15,9 @@ from ..errors import UsageError
 # Error messages are constants so tests can match them and users can grep them.
 ERR_NOT_MAPPING = "{file}: {key} must be a mapping of keys to values, got {got}"
 ERR_UNKNOWN_KEY = "{file}: unknown key '{key}' in {section}; valid keys are: {valid}"
+ERR_MOVED_KEY = "{file}: {old} is now {new}; rename it"
+# Keys that moved to another section, so that an old file gets a precise hint.
+MOVED_KEYS = {"launcher.eval_timeout_secs": "evaluation.final_timeout_secs"}
 ERR_MISSING_KEY = "{file}: missing required key '{key}'; add it ({hint})"
 ERR_TYPE = "{file}: {key} must be {expected}, got {got!r}"
 ERR_CHOICE = "{file}: {key} must be one of {choices}, got {got!r}"
@@ -30,6 +33,8 @@ def type_name(value) -> str:
 
 def check_keys(file, mapping, valid, section) -> None:
     for key in mapping:
+        if f"{section}.{key}" in MOVED_KEYS:
+            raise UsageError(ERR_MOVED_KEY.format(file=file, old=f"{section}.{key}", new=MOVED_KEYS[f"{section}.{key}"]))
         if key not in valid:
             raise UsageError(ERR_UNKNOWN_KEY.format(file=file, key=key, section=section, valid=", ".join(valid)))
 
@@ -111,6 +116,12 @@ def nice(v):
     if v == "idle" or (_whole(v) and 0 <= v <= 19):
         return None
     return "'idle' or a whole number between 0 and 19"
+
+
+def ms_or_auto(v):
+    if v == "auto" or (_whole(v) and v >= 0):
+        return None
+    return "'auto' or a whole number of milliseconds >= 0 (0 = no limit)"
 
 
 def threads(v):

@@ -16,7 +16,7 @@ from typing import Sequence
 from .. import checkpoints, netns
 from ..config import Config
 from ..data_prep import ERR_NOT_PREPARED, is_prepared
-from ..errors import INTERRUPTED_EXIT_CODE, UsageError
+from ..errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE, UsageError
 from ..hosts import check_local, check_ports_free
 from .group import TaskGroup
 from .monitor import Monitor
@@ -83,6 +83,8 @@ class Launcher:
         try:
             self._supervise()
             status, code = "finished", 0
+        except TaskFailure as exc:
+            error, code = str(exc), RETRYABLE_EXIT_CODE  # not restarted here (restart.policy: never)
         except RunFailed as exc:
             error = str(exc)
         except KeyboardInterrupt as exc:

@@ -48,7 +48,8 @@ class Monitor:
 
     def _current_records(self) -> Dict[str, dict]:
         records = read_progress(self._config.run_dir)
-        return {name: r for name, r in records.items() if self._pids.get(name) == r.get("pid") and r.get("time")}
+        return {name: r for name, r in records.items()
+                if self._pids.get(name) in (r.get("pid"), r.get("parent_pid")) and r.get("time")}
 
     def update(self, now: float) -> List[dict]:
         """Reads the records and evaluations; returns the evaluations that are new since the last call."""

@@ -1,9 +1,10 @@
 """The supervision loop: watch every task until the run succeeds, fails, or stalls. No TensorFlow.
 
-- ps tasks block in server.join() for ever, so they are stopped once training is done;
-- a worker has been seen hanging after the chief finished, so once the chief
-  exits the others get `launcher.finish_timeout_secs` and are then stopped;
-- the evaluator gets `launcher.eval_timeout_secs` for the final checkpoint;
+- a task that exits 200 (retryable) or dies by a signal is a TaskFailure,
+  which the restart policy may cure; any other failing exit code ends the run;
+- once the chief exits 0, the other tasks (workers, ps tasks, which end by
+  themselves) get `launcher.finish_timeout_secs` and are then stopped;
+- the evaluator gets `evaluation.final_timeout_secs` for the final checkpoint;
 - no progress in the tasks' records for `launcher.stall_timeout_secs` (plus
   the session timeout while a group starts) is a stall.
 """
@@ -15,6 +16,7 @@ from typing import List, Optional
 
 from .. import checkpoints
 from ..config import Config, TaskId
+from ..errors import RETRYABLE_EXIT_CODE
 from .group import TaskGroup
 from .monitor import Monitor
 from .processes import describe_exit
@@ -69,8 +71,11 @@ class Supervisor:
                 if self.training_done_time is not None and not p.task.is_evaluator:
                     self.notes.append(f"{p.task} exited with {describe_exit(p.exit_code)} after training had finished")
                     continue
-                raise TaskFailure(f"task {p.task} failed ({describe_exit(p.exit_code)}); its log: {p.log_path}",
-                                  p.task, describe_exit(p.exit_code))
+                message = f"task {p.task} failed ({describe_exit(p.exit_code)}); its log: {p.log_path}"
+                if p.exit_code == RETRYABLE_EXIT_CODE or p.exit_code < 0:
+                    raise TaskFailure(message, p.task, describe_exit(p.exit_code))
+                raise RunFailed(f"{message} (not retryable: only exit code {RETRYABLE_EXIT_CODE} and deaths by a "
+                                "signal are restarted)")
             self.console.timed(f"{p.task} exited ({describe_exit(p.exit_code)})")
             if p.task == self.monitor.chief and ok:
                 self._training_done(now)
@@ -82,7 +87,6 @@ class Supervisor:
             raise RunFailed(f"the chief {self.monitor.chief} exited 0 but the latest checkpoint is at step {step}, "
                             f"below max_steps {max_steps}; its log: {self.group.processes[self.monitor.chief].log_path}")
         self.console.timed(f"training finished at step {step}")
-        self._stop(self.group.running(lambda t: t.type == "ps"), "parameter servers never exit by themselves")
 
     def _stop(self, processes, reason: str) -> None:
         stopped = self.group.stop(processes)
@@ -100,9 +104,10 @@ class Supervisor:
             self._stop(others, "still running after training finished")
         evaluator = self.group.processes.get(TaskId("evaluator", 0))
         if evaluator is not None and evaluator.running:
-            if since > limits.eval_timeout_secs:
+            final_timeout = self.config.evaluation.final_timeout_secs
+            if since > final_timeout:
                 raise RunFailed(f"the evaluator did not evaluate the final checkpoint within "
-                                f"launcher.eval_timeout_secs={limits.eval_timeout_secs} s; its log: {evaluator.log_path}")
+                                f"evaluation.final_timeout_secs={final_timeout} s; its log: {evaluator.log_path}")
             return False
         if self.group.running():
             return False

@@ -144,7 +144,7 @@ def test_a_peer_that_never_starts_is_named_within_the_timeout(tmp_path, mnist_da
     result = subprocess.run([sys.executable, "-m", "estimator_mnist", "train", "--cluster", str(path),
                              "--task", "worker:0"], cwd=REPO, capture_output=True, text=True, timeout=300)
     elapsed = time.monotonic() - started
-    assert result.returncode == -signal.SIGKILL
+    assert result.returncode == 200  # retryable, never a SIGKILL seen from outside
     assert (f"task worker:0: no training session after training.session_creation_timeout_secs=15 s: these peers "
             f"do not answer: worker:1 ({missing})") in result.stderr
     assert elapsed < 15 + 60

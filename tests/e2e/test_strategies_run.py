@@ -24,6 +24,7 @@ cluster:
   chief: ["localhost:{p0}"]
   worker: ["localhost:{p1}"]
   ps: ["localhost:{p2}"]
+  evaluator: localhost
 strategy: parameter_server
 session: {{log_device_placement: true}}
 tasks:
@@ -82,9 +83,9 @@ def test_parameter_server_async(tmp_path, mnist_data_dir):
     steps = 150
     code, out, summary = launch_cluster(tmp_path, PS_ASYNC, 3, steps=steps, data_dir=mnist_data_dir)
     assert_clean_finish(code, out, summary, steps, overshoot=2)
-    # ps tasks never exit by themselves: the launcher stopped it once training was done.
-    assert summary["tasks"]["ps:0"]["stopped_by_launcher"] is True
-    assert "stopped ps:0 (parameter servers never exit by themselves)" in out
+    # The ps task learnt from the trainers and the evaluator that the run was over, and exited 0 by itself.
+    assert summary["tasks"]["ps:0"]["exit"] == 0 and summary["tasks"]["ps:0"]["stopped_by_launcher"] is False
+    assert "every trainer and the evaluator finished" in task_log(summary, "ps:0")
 
     worker_log = task_log(summary, "worker:0")
     # TensorFlow's own placement log (log_device_placement) and the variable list both say /job:ps.

@@ -21,8 +21,9 @@ def make_config(tmp_path, launcher=None, evaluator=True, ports=(1, 2), restart=N
     return config_from_dict({
         "cluster": cluster,
         "training": {"max_steps": 100, "save_checkpoints_steps": 50, "session_creation_timeout_secs": 2},
-        "launcher": {"grace_secs": 1, "finish_timeout_secs": 2, "eval_timeout_secs": 20, "stall_timeout_secs": 30,
+        "launcher": {"grace_secs": 1, "finish_timeout_secs": 2, "stall_timeout_secs": 30,
                      **(launcher or {})},
+        "evaluation": {"final_timeout_secs": 20, **extra.pop("evaluation", {})},
         "restart": restart or {"policy": "never"},
         "run_dir": str(tmp_path / "run"),
         "data_dir": str(tmp_path / "data"),

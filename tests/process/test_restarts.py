@@ -11,9 +11,9 @@ def test_on_failure_restarts_the_training_group_and_finishes(tmp_path):
     config = make_config(tmp_path, restart=ON_FAILURE)
     code, out, summary, _, _ = run(config, {**HEALTHY, "chief:0": "chief_fails_once"})
     assert code == 0, out
-    assert "restart 1/2: chief:0 exit code 3 at step 20; starting chief:0, worker:0 again from checkpoint None" in out
+    assert "restart 1/2: chief:0 exit code 200 at step 20; starting chief:0, worker:0 again from checkpoint None" in out
     [restart] = summary["restarts"]
-    assert restart["failed_task"] == "chief:0" and restart["reason"] == "exit code 3"
+    assert restart["failed_task"] == "chief:0" and restart["reason"] == "exit code 200"
     assert restart["restarted_tasks"] == ["chief:0", "worker:0"]  # the evaluator kept running
     assert restart["step_at_failure"] == 20 and restart["steps_redone"] == 20
     assert summary["status"] == "finished" and summary["global_step"] == 100
@@ -23,8 +23,8 @@ def test_on_failure_restarts_the_training_group_and_finishes(tmp_path):
 def test_never_does_not_restart(tmp_path):
     config = make_config(tmp_path)
     code, out, summary, _, _ = run(config, {**HEALTHY, "chief:0": "chief_fails_once"})
-    assert code == 1 and summary["restarts"] == []
-    assert "failed: task chief:0 failed (exit code 3)" in out
+    assert code == 200 and summary["restarts"] == []  # retryable, but restarting is left to the caller
+    assert "failed: task chief:0 failed (exit code 200)" in out
 
 
 def test_gives_up_after_max_restarts(tmp_path):
@@ -32,7 +32,7 @@ def test_gives_up_after_max_restarts(tmp_path):
     code, out, summary, _, _ = run(config, {**HEALTHY, "worker:0": "fail_soon"})
     assert code == 1
     assert len(summary["restarts"]) == 2
-    assert re.search(r"failed: task worker:0 failed \(exit code 3\).*; gave up after 2 restarts "
+    assert re.search(r"failed: task worker:0 failed \(exit code 200\).*; gave up after 2 restarts "
                      r"\(restart\.max_restarts=2\)", out), out
     assert not pids_alive(summary["all_pids"])
 
@@ -55,3 +55,12 @@ def test_a_failed_evaluator_is_restarted_alone(tmp_path):
     assert summary["accuracy"] == 0.97
 
 
+
+
+def test_a_permanent_failure_is_not_restarted(tmp_path):
+    """Exit 1 says a restart would not cure it: only 200 and deaths by a signal are restarted."""
+    config = make_config(tmp_path, restart=ON_FAILURE)
+    code, out, summary, _, _ = run(config, {**HEALTHY, "worker:0": "fail_permanently"})
+    assert code == 1 and summary["restarts"] == []
+    assert "failed: task worker:0 failed (exit code 1)" in out and "(not retryable: only exit code 200" in out
+    assert not pids_alive(summary["all_pids"])

@@ -52,7 +52,8 @@ def test_teardown_watchdog_exits_only_once_the_work_is_saved(tmp_path, evaluates
     exits, reported = [], []
     hook = TeardownWatchdogHook(str(tmp_path), timeout_secs=0.2, max_steps=5,
                                 wait_for_final_evaluation=evaluates_itself, poll_secs=0.02,
-                                before_exit=lambda: reported.append(True), exit_fn=exits.append)
+                                before_exit=lambda: reported.append(True),
+                                exit_fn=lambda message, code=0: exits.append((message, code)))
     watcher = threading.Thread(target=hook.watch, daemon=True)
     watcher.start()
     time.sleep(0.5)
@@ -64,5 +65,37 @@ def test_teardown_watchdog_exits_only_once_the_work_is_saved(tmp_path, evaluates
         write_final_evaluation(tmp_path)
     watcher.join(timeout=10)
     assert reported == [True]  # the task's own step count is logged before it is ended
-    assert exits == ["training ended at step 5 and its results are saved, but this task is still blocked 0.2 s "
-                     "later (TensorFlow waiting on peers that left, or closing its session); exiting"]
+    assert exits == [("training ended at step 5 and its results are saved, but this task is still blocked 0.2 s "
+                      "later (TensorFlow waiting on peers that left, or closing its session); exiting", 0)]
+
+
+def test_teardown_watchdog_gives_up_on_a_final_evaluation_that_never_comes(tmp_path):
+    exits = []
+    hook = TeardownWatchdogHook(str(tmp_path), timeout_secs=0.2, max_steps=5, wait_for_final_evaluation=True,
+                                final_timeout_secs=0.5, poll_secs=0.02,
+                                exit_fn=lambda message, code=0: exits.append((message, code)))
+    write_final_checkpoint(tmp_path)
+    hook.watch()
+    assert exits == [("the final checkpoint was not evaluated within evaluation.final_timeout_secs=0.5 s; check "
+                      "the evaluator's log", 1)]
+
+
+def test_session_recreation_gives_up_after_the_timeout():
+    """MonitoredSession alone would re-create a session for ever after UnavailableError (a dead peer)."""
+    import tensorflow as tf
+    from tensorflow.python.training import monitored_session
+
+    from estimator_mnist.tf_workarounds import bound_session_recreation
+
+    class PeerGone:
+        calls = 0
+
+        def create_session(self):
+            PeerGone.calls += 1
+            raise tf.errors.UnavailableError(None, None, "/job:worker/replica:0/task:1 is gone")
+
+    bound_session_recreation(0.3)
+    started = time.monotonic()
+    with pytest.raises(tf.errors.UnavailableError):
+        monitored_session._RecoverableSession(PeerGone())
+    assert 0.3 <= time.monotonic() - started < 10 and PeerGone.calls >= 2

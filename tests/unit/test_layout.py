@@ -17,7 +17,7 @@ TF_FREE = ["estimator_mnist.errors", "estimator_mnist.config", "estimator_mnist.
            "estimator_mnist.config.overrides", "estimator_mnist.config.load", "estimator_mnist.config.keys",
            "estimator_mnist.topology", "estimator_mnist.hosts", "estimator_mnist.task_plan", "estimator_mnist.cpu",
            "estimator_mnist.files", "estimator_mnist.progress", "estimator_mnist.checkpoints",
-           "estimator_mnist.netns", "estimator_mnist.netns_holder", "estimator_mnist.startup_watchdog",
+           "estimator_mnist.netns", "estimator_mnist.netns_holder", "estimator_mnist.peers", "estimator_mnist.task_process",
            "estimator_mnist.data_prep", "estimator_mnist.mnist_files", "estimator_mnist.launch",
            "estimator_mnist.launch.processes", "estimator_mnist.launch.group", "estimator_mnist.launch.monitor",
            "estimator_mnist.launch.supervisor", "estimator_mnist.launch.restarts", "estimator_mnist.launch.report",

@@ -1,0 +1,48 @@
+"""A task's peers: who they are (from TF_CONFIG), which of them answer, and which one an error names.
+
+Used when something went wrong, to say which peer to look at: the startup
+watchdog (the session never formed) and the mapping of TensorFlow's transient
+errors to the retryable exit code. No TensorFlow.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from typing import List, Optional, Tuple
+
+# How TensorFlow names a task in its errors, e.g. /job:worker/replica:0/task:1.
+_TF_TASK = re.compile(r"/job:(?P<job>[a-z]+)/replica:\d+/task:(?P<task>\d+)")
+
+
+def peers_of(tf_config: Optional[dict], me: str) -> List[Tuple[str, str]]:
+    """('role:index', 'host:port') of every task in the TF_CONFIG cluster but `me`."""
+    cluster = (tf_config or {}).get("cluster", {})
+    return [(f"{role}:{index}", address) for role, addresses in cluster.items()
+            for index, address in enumerate(addresses) if f"{role}:{index}" != me]
+
+
+def missing_peers(peers: List[Tuple[str, str]], timeout: float = 3.0) -> List[str]:
+    """'role:index (host:port)' of every peer whose port does not accept a connection."""
+    missing = []
+    for name, address in peers:
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        except OSError:
+            missing.append(f"{name} ({address})")
+    return missing
+
+
+def named_in(message: str, peers: List[Tuple[str, str]]) -> List[str]:
+    """The peers a TensorFlow error message names, as 'role:index (host:port)'."""
+    addresses = dict(peers)
+    names = {f"{m['job']}:{m['task']}" for m in _TF_TASK.finditer(message)}
+    return [f"{name} ({addresses[name]})" for name in sorted(names) if name in addresses]
+
+
+def describe_missing(missing: List[str]) -> str:
+    if missing:
+        return (f"these peers do not answer: {', '.join(missing)}; start them, or check their host:port in the "
+                "cluster file, the network and the firewall")
+    return "every peer answers; check that all tasks use the same cluster file"

@@ -1,0 +1,82 @@
+"""What each role does once its Estimator is built, and how it ends by itself.
+
+- a trainer trains; under the ps strategies it tells every ps task when it
+  has finished; the checkpointing task of a cluster with an evaluator then
+  waits for the evaluation of the final checkpoint (evaluation.final_timeout_secs);
+- a ps task serves the variables until every trainer and the evaluator have
+  reported (ps_done.py), then exits 0;
+- the evaluator scores checkpoints until the final one, then reports to the ps tasks.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from . import checkpoints
+from .config import Config
+from .errors import PermanentFailure
+from .evaluator import evaluate_checkpoints
+from .hooks import log
+from .ps_done import PsDoneWatcher, serve_until_done, signal_done
+from .task_plan import TaskPlan
+from .tf_workarounds import poll_for_ready_model_quickly
+
+
+def ps_addresses(config: Config):
+    return [str(a) for a in config.cluster.ps]
+
+
+class DoneSignalHook(tf.compat.v1.train.SessionRunHook):
+    """At the end of training (not on a failure), tells every ps task that this trainer has finished."""
+
+    def __init__(self, config: Config, plan: TaskPlan):
+        self._addresses, self._name = ps_addresses(config), str(plan.task)
+        self._timeout_ms = plan.operation_timeout_ms
+
+    def end(self, session):
+        signal_done(self._addresses, self._name, self._timeout_ms, log)
+
+
+def wait_for_final_evaluation(config: Config, plan: TaskPlan) -> None:
+    """The chief of a cluster with an evaluator succeeds only once the final checkpoint is evaluated."""
+    timeout = config.evaluation.final_timeout_secs
+    log(f"task {plan.task}: training done; waiting up to {timeout} s (evaluation.final_timeout_secs) for the "
+        "evaluation of the final checkpoint")
+    record = checkpoints.wait_for_final_evaluation(config.model_dir, config.training.max_steps, timeout)
+    if record is None:
+        raise PermanentFailure(f"task {plan.task}: the final checkpoint was not evaluated within "
+                               f"evaluation.final_timeout_secs={timeout} s; check the evaluator's log")
+    log(f"task {plan.task}: final evaluation: step {record['global_step']} accuracy {record['accuracy']:.4f}")
+
+
+def run_trainer(config: Config, plan: TaskPlan, estimator, train_spec, eval_spec) -> None:
+    poll_for_ready_model_quickly()
+    if plan.in_graph and not plan.evaluates_itself:
+        # The evaluator process scores the checkpoints; evaluating here too
+        # would pause training at every checkpoint.
+        estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
+    else:
+        tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    if plan.waits_for_evaluation:
+        wait_for_final_evaluation(config, plan)
+
+
+def run_ps(config: Config, plan: TaskPlan, estimator) -> None:
+    """Estimator's own ps role is server.join(), which never returns; this one ends when the run does."""
+    run_config = estimator.config
+    server = tf.distribute.Server(
+        run_config.cluster_spec, job_name="ps", task_index=plan.task.index, start=True,
+        config=tf.compat.v1.ConfigProto(gpu_options=run_config.session_config.gpu_options))
+    trainers = [(str(t), str(config.cluster.address(t))) for t in config.cluster.tasks() if t.is_trainer]
+    expected = [name for name, _ in trainers] + (["evaluator:0"] if config.cluster.evaluator is not None else [])
+    watcher = PsDoneWatcher(expected, trainers, config.training.ps_idle_timeout_secs,
+                            config.evaluation.final_timeout_secs)
+    log(f"task {plan.task}: serving the variables until {', '.join(expected)} have finished")
+    serve_until_done(server, plan.task.index, watcher, log)
+    log(f"task {plan.task}: every trainer{' and the evaluator' if config.cluster.evaluator else ''} finished")
+
+
+def run_evaluator(config: Config, plan: TaskPlan, estimator, eval_spec) -> None:
+    evaluate_checkpoints(estimator, eval_spec, config.training.max_steps)
+    if config.cluster.ps:
+        signal_done(ps_addresses(config), str(plan.task), plan.operation_timeout_ms or 60000, log)

@@ -1,0 +1,121 @@
+"""`train` runs its task in two processes: this thin parent, with no TensorFlow, and a child that runs it.
+
+The parent exists so that a task always ends with a code of the exit table
+(errors.py), however TensorFlow behaves:
+- while a MultiWorkerMirrored cluster forms, TensorFlow holds the GIL (TF
+  2.15), so no thread of the task could end a task whose peer never comes;
+  the parent bounds that wait (training.session_creation_timeout_secs), names
+  the peers that do not answer, ends the child and exits 200 (retryable);
+- a child killed by a signal (the OOM killer, a crash) ends the task with
+  200, never as a SIGKILL seen from outside;
+- SIGTERM and SIGINT are forwarded to the child; a child still there after
+  a grace period is killed (MultiWorkerMirrored ignores SIGTERM). SIGTERM
+  means "stop, you will be restarted": 200; Ctrl-C: 130.
+The child reports that its session exists by writing to a pipe (--ready-fd).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from typing import List, Optional
+
+from .errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE
+from .launch.processes import describe_exit, die_with_parent
+from .peers import describe_missing, missing_peers, peers_of
+from .task_plan import TaskPlan
+
+STOP_GRACE_SECS = 10.0
+
+
+def log(message: str) -> None:
+    print(f"[estimator-mnist] {message}", file=sys.stderr, flush=True)
+
+
+def child_command(args, ready_fd: int) -> List[str]:
+    """The same `train` command, run as the child that imports TensorFlow."""
+    command = [sys.executable, "-m", "estimator_mnist", "train", "--ready-fd", str(ready_fd)]
+    for flag, value in (("--cluster", args.cluster), ("--task", args.task), ("--model-dir", args.model_dir),
+                        ("--data-dir", args.data_dir), ("--run-dir", args.run_dir)):
+        if value is not None:
+            command += [flag, value]
+    for text in args.overrides or ():
+        command += ["--set", text]
+    return command
+
+
+class TaskParent:
+    def __init__(self, plan: TaskPlan, session_timeout_secs: float):
+        self.plan = plan
+        self.session_timeout_secs = session_timeout_secs
+        self.child: Optional[subprocess.Popen] = None
+        self.stop_signal: Optional[int] = None
+        self.stop_requested_at: Optional[float] = None
+
+    def _on_signal(self, signum, _frame) -> None:
+        if self.stop_signal is None:
+            self.stop_signal, self.stop_requested_at = signum, time.monotonic()
+        if self.child is not None and self.child.poll() is None:
+            os.kill(self.child.pid, signum)
+
+    def _kill_child_if_overdue(self) -> None:
+        if self.stop_requested_at is not None and time.monotonic() - self.stop_requested_at > STOP_GRACE_SECS:
+            self.child.kill()
+
+    def _needs_startup_watchdog(self) -> bool:
+        return self.plan.task.is_trainer and not self.plan.in_graph
+
+    def _wait_ready(self, ready_read: int) -> bool:
+        """False when the session did not form in time (the child is then ended)."""
+        deadline = time.monotonic() + self.session_timeout_secs
+        while self.child.poll() is None and time.monotonic() < deadline:
+            self._kill_child_if_overdue()
+            if select.select([ready_read], [], [], 0.5)[0]:
+                return True  # "ready", or EOF because the child is gone: its exit code says which
+        if self.child.poll() is not None or self.stop_signal is not None:
+            return True
+        missing = missing_peers(peers_of(self.plan.tf_config, str(self.plan.task)))
+        log(f"task {self.plan.task}: no training session after training.session_creation_timeout_secs="
+            f"{self.session_timeout_secs:g} s: {describe_missing(missing)}; stopping this task with exit code "
+            f"{RETRYABLE_EXIT_CODE} (retryable)")
+        self.child.kill()
+        self.child.wait()
+        return False
+
+    def exit_code(self, returncode: int) -> int:
+        """The child's fate on the exit table."""
+        if self.stop_signal == signal.SIGINT:
+            return INTERRUPTED_EXIT_CODE
+        if self.stop_signal is not None:
+            return RETRYABLE_EXIT_CODE
+        if returncode < 0:
+            log(f"task {self.plan.task}: its TensorFlow process was {describe_exit(returncode)}; exiting with "
+                f"{RETRYABLE_EXIT_CODE} (retryable) so that a restart resumes from the last checkpoint")
+            return RETRYABLE_EXIT_CODE
+        return returncode
+
+    def run(self, command: List[str], ready_write: int, ready_read: int) -> int:
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.child = subprocess.Popen(command, pass_fds=(ready_write,), preexec_fn=die_with_parent)
+            os.close(ready_write)
+            if self._needs_startup_watchdog() and not self._wait_ready(ready_read):
+                return RETRYABLE_EXIT_CODE
+            while self.child.poll() is None:
+                self._kill_child_if_overdue()
+                time.sleep(0.2)
+            return self.exit_code(self.child.returncode)
+        finally:
+            os.close(ready_read)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def run_task_process(args, plan: TaskPlan, session_timeout_secs: float) -> int:
+    """Runs the task of `args` in a child process and returns the task's exit code."""
+    ready_read, ready_write = os.pipe()
+    return TaskParent(plan, session_timeout_secs).run(child_command(args, ready_write), ready_write, ready_read)
