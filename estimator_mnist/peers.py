@@ -13,6 +13,9 @@ from typing import List, Optional, Tuple
 
 # How TensorFlow names a task in its errors, e.g. /job:worker/replica:0/task:1.
 _TF_TASK = re.compile(r"/job:(?P<job>[a-z]+)/replica:\d+/task:(?P<task>\d+)")
+# Lines of a TensorFlow error that say what happened, before its generic header and the graph traceback.
+_CAUSE = re.compile(r"timed out|heartbeat|unavailable|connect|socket|preempt|deadline|aborted", re.IGNORECASE)
+_NOISE = ("Graph execution error", "Detected at node", "File ", "[[", "Node:", "Original stack trace")
 
 
 def peers_of(tf_config: Optional[dict], me: str) -> List[Tuple[str, str]]:
@@ -39,6 +42,14 @@ def named_in(message: str, peers: List[Tuple[str, str]]) -> List[str]:
     addresses = dict(peers)
     names = {f"{m['job']}:{m['task']}" for m in _TF_TASK.finditer(message)}
     return [f"{name} ({addresses[name]})" for name in sorted(names) if name in addresses]
+
+
+def cause_of(message: str) -> str:
+    """The line of a TensorFlow error message that says what went wrong (TF 2.15 puts a generic
+    'Graph execution error:' and a Python traceback of the graph first)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip() and not line.startswith(" ")]
+    lines = [line for line in lines if not line.startswith(_NOISE)] or lines or [""]
+    return next((line for line in lines if _CAUSE.search(line)), lines[0])[:300]
 
 
 def describe_missing(missing: List[str]) -> str:

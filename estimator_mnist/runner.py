@@ -20,7 +20,7 @@ from .errors import RETRYABLE_NOTE, RetryableFailure
 from .evaluator import exporter
 from .hooks import ProgressHook, ReadyHook, VariablePlacementHook, log
 from .model import model_fn
-from .peers import missing_peers, named_in, peers_of
+from .peers import cause_of, missing_peers, named_in, peers_of
 from .progress import ProgressWriter, progress_path
 from .roles import DoneSignalHook, run_evaluator, run_ps, run_trainer
 from .strategy import build_train_strategy, configure_devices, gpu_capabilities, session_config
@@ -134,9 +134,8 @@ def lost_cluster(plan: TaskPlan, exc: Exception) -> RetryableFailure:
     """The one-line retryable failure for a TensorFlow error that a restart can cure, naming the peers."""
     peers = peers_of(plan.tf_config, str(plan.task))
     lost = named_in(str(exc), peers) or missing_peers(peers)
-    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     who = f"lost {', '.join(lost)}" if lost else "lost its cluster"
-    return RetryableFailure(f"task {plan.task} {who}: {type(exc).__name__}: {detail[:300]}; {RETRYABLE_NOTE}")
+    return RetryableFailure(f"task {plan.task} {who}: {type(exc).__name__}: {cause_of(str(exc))}; {RETRYABLE_NOTE}")
 
 
 def run_task(config: Config, plan: TaskPlan, priority: str = "unchanged", ready_fd=None) -> int:

@@ -1,0 +1,54 @@
+"""The exit table: each kind of failure maps to its code, and errors name the peer to look at."""
+
+import signal
+
+import pytest
+
+from estimator_mnist import errors
+from estimator_mnist.config import TaskId, config_from_dict
+from estimator_mnist.peers import cause_of, named_in, peers_of
+from estimator_mnist.task_plan import plan_task
+from estimator_mnist.task_process import TaskParent
+
+CONFIG = config_from_dict({"cluster": {"chief": ["192.0.2.1:2222"], "worker": ["192.0.2.2:2222"]}}, "t.yaml")
+PLAN = plan_task(CONFIG, TaskId("chief", 0))
+
+
+def test_the_codes_a_cluster_manager_acts_on():
+    assert (errors.SUCCESS_EXIT_CODE, errors.FAILURE_EXIT_CODE, errors.USAGE_EXIT_CODE) == (0, 1, 2)
+    # Kubernetes' ExitCode policy retries 128 and above; 130, 137 and 143 are signals' codes.
+    assert errors.RETRYABLE_EXIT_CODE >= 128 and errors.RETRYABLE_EXIT_CODE not in (130, 137, 143)
+    assert errors.INTERRUPTED_EXIT_CODE == 130
+
+
+@pytest.mark.parametrize("returncode, stop_signal, expected", [
+    (0, None, 0),
+    (1, None, 1),
+    (2, None, 2),
+    (200, None, 200),
+    (-signal.SIGKILL, None, 200),   # the OOM killer, a crash: restartable, never a SIGKILL seen from outside
+    (-signal.SIGSEGV, None, 200),
+    (-signal.SIGKILL, signal.SIGTERM, 200),  # told to stop by the cluster: it will be restarted
+    (-signal.SIGKILL, signal.SIGINT, 130),   # Ctrl-C stays Ctrl-C
+    (0, signal.SIGINT, 130),
+])
+def test_the_parent_maps_the_child_s_fate(returncode, stop_signal, expected):
+    parent = TaskParent(PLAN, session_timeout_secs=10)
+    parent.stop_signal = stop_signal
+    assert parent.exit_code(returncode) == expected
+
+
+def test_a_tensorflow_error_names_its_peer_and_its_cause():
+    peers = peers_of(PLAN.tf_config, "chief:0")
+    assert peers == [("worker:0", "192.0.2.2:2222")]
+    message = ("Graph execution error:\n\nDetected at node 'allreduce' defined at (most recent call last):\n"
+               "  File \"train.py\", line 1\nCollective has timed out during execution.\n"
+               "Error reported from /job:worker/replica:0/task:0\n\t [[{{node allreduce}}]]")
+    assert named_in(message, peers) == ["worker:0 (192.0.2.2:2222)"]
+    assert cause_of(message) == "Collective has timed out during execution."
+    assert cause_of("Socket closed") == "Socket closed" and cause_of("") == ""
+
+
+def test_usage_retryable_and_permanent_failures_are_one_line():
+    for kind in (errors.UsageError, errors.RetryableFailure, errors.PermanentFailure):
+        assert str(kind("a\n  b")) == "a b"
