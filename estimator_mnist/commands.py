@@ -84,7 +84,8 @@ def cmd_train(args) -> int:
               file=sys.stderr, flush=True)
     from .task_process import run_task_process
 
-    return run_task_process(args, plan, config.training.session_creation_timeout_secs)
+    return run_task_process(args, plan, config.training.session_creation_timeout_secs,
+                            config.training.preemption_grace_secs)
 
 
 def _run_child(config, plan, priority, ready_fd) -> int:

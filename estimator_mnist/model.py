@@ -11,6 +11,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from .data import IMAGE_KEY
+from .preemption import add_preemption_counter
 from .tf_workarounds import ReleaseSyncTokensHook, float32_variables
 
 NUM_CLASSES = 10
@@ -136,6 +137,7 @@ def model_fn(features, labels, mode, params, config=None):
             optimizer, replicas_to_aggregate=replicas_to_aggregate, total_num_replicas=total_replicas)
         hooks.append(optimizer.make_session_run_hook(is_chief=config is None or config.is_chief))
     train_op = optimizer.minimize(loss, global_step=global_step, var_list=float32_variables(network))
+    add_preemption_counter()  # a SIGTERM to any trainer stops them all at the same step (preemption.py)
     if sync:
         hooks.append(ReleaseSyncTokensHook(optimizer, total_replicas))
     return tf.estimator.EstimatorSpec(mode=mode, loss=loss, train_op=train_op, training_hooks=hooks)

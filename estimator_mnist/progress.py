@@ -68,6 +68,10 @@ class ProgressWriter:
         if self._written_at is None or now - self._written_at[1] >= WRITE_EVERY_SECS:
             self.write()
 
+    def note(self, **fields) -> None:
+        """Adds fields to the record (e.g. preempted_at), written with the next write."""
+        self._record.update(fields)
+
     def write(self, done: bool = False) -> None:
         record = self._record
         now, local = record["time"], record["local_step"]

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from . import checkpoints
 from .config import Config
-from .errors import PermanentFailure
+from .errors import RETRYABLE_NOTE, PermanentFailure, RetryableFailure
 from .evaluator import evaluate_checkpoints
 from .hooks import log
 from .ps_done import PsDoneWatcher, serve_until_done, signal_done
@@ -27,14 +27,19 @@ def ps_addresses(config: Config):
 
 
 class DoneSignalHook(tf.compat.v1.train.SessionRunHook):
-    """At the end of training (not on a failure), tells every ps task that this trainer has finished."""
+    """At the end of training, tells every ps task that this trainer has finished. Not on a failure, and not
+    on a stop short of max_steps (a preemption): the ps must stay for the restart."""
 
     def __init__(self, config: Config, plan: TaskPlan):
         self._addresses, self._name = ps_addresses(config), str(plan.task)
-        self._timeout_ms = plan.operation_timeout_ms
+        self._timeout_ms, self._max_steps = plan.operation_timeout_ms, config.training.max_steps
+
+    def begin(self):
+        self._step = tf.compat.v1.train.get_global_step()
 
     def end(self, session):
-        signal_done(self._addresses, self._name, self._timeout_ms, log)
+        if int(session.run(self._step)) >= self._max_steps:
+            signal_done(self._addresses, self._name, self._timeout_ms, log)
 
 
 def wait_for_final_evaluation(config: Config, plan: TaskPlan) -> None:
@@ -49,7 +54,7 @@ def wait_for_final_evaluation(config: Config, plan: TaskPlan) -> None:
     log(f"task {plan.task}: final evaluation: step {record['global_step']} accuracy {record['accuracy']:.4f}")
 
 
-def run_trainer(config: Config, plan: TaskPlan, estimator, train_spec, eval_spec) -> None:
+def run_trainer(config: Config, plan: TaskPlan, estimator, train_spec, eval_spec, preemption=None) -> None:
     poll_for_ready_model_quickly()
     if plan.in_graph and not plan.evaluates_itself:
         # The evaluator process scores the checkpoints; evaluating here too
@@ -57,6 +62,10 @@ def run_trainer(config: Config, plan: TaskPlan, estimator, train_spec, eval_spec
         estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
     else:
         tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    if preemption is not None and preemption.stopped_at_step is not None:
+        # The chief's checkpoint saver wrote the stop step as training ended.
+        raise RetryableFailure(f"{preemption.describe_stop(checkpoints.latest_checkpoint(config.model_dir))}; "
+                               f"{RETRYABLE_NOTE}")
     if plan.waits_for_evaluation:
         wait_for_final_evaluation(config, plan)
 

@@ -21,6 +21,7 @@ from .evaluator import exporter
 from .hooks import ProgressHook, ReadyHook, VariablePlacementHook, log
 from .model import model_fn
 from .peers import cause_of, missing_peers, named_in, peers_of
+from .preemption import Preemption, PreemptionHook
 from .progress import ProgressWriter, progress_path
 from .roles import DoneSignalHook, run_evaluator, run_ps, run_trainer
 from .strategy import build_train_strategy, configure_devices, gpu_capabilities, session_config
@@ -110,7 +111,7 @@ def local_replicas(config: Config, strategy) -> int:
     return strategy.num_replicas_in_sync
 
 
-def training_hooks(config: Config, plan: TaskPlan, strategy=None, ready_fd=None):
+def training_hooks(config: Config, plan: TaskPlan, strategy=None, ready_fd=None, preemption=None):
     examples = config.training.batch_size_per_replica * local_replicas(config, strategy)
     writer = ProgressWriter(progress_path(config.run_dir, plan.task) if config.run_dir else None, str(plan.task),
                             examples)
@@ -127,6 +128,10 @@ def training_hooks(config: Config, plan: TaskPlan, strategy=None, ready_fd=None)
         hooks.append(DoneSignalHook(config, plan))
     if ready_fd is not None:
         hooks.append(ReadyHook(ready_fd))
+    if preemption is not None:
+        # First, so that the record it notes the stop step in is written by the progress hook's end.
+        hooks.insert(0, PreemptionHook(preemption, writer, config.model_dir, plan.is_chief,
+                                       config.training.teardown_timeout_secs))
     return hooks
 
 
@@ -149,6 +154,8 @@ def run_task(config: Config, plan: TaskPlan, priority: str = "unchanged", ready_
         return 0
     os.makedirs(config.model_dir, exist_ok=True)
     _configure_logging(task)
+    preemption = Preemption(str(task), config.training.preemption_grace_secs, graceful=task.is_trainer)
+    preemption.install()
     bound_session_recreation(config.training.session_creation_timeout_secs)
     try:
         configure_devices(plan)
@@ -157,13 +164,13 @@ def run_task(config: Config, plan: TaskPlan, priority: str = "unchanged", ready_
         log(first_log_line(config, plan, strategy, precision, priority))
         estimator = build_estimator(config, plan, strategy, precision)
         train_spec, eval_spec = train_and_eval_specs(
-            config, hooks=training_hooks(config, plan, strategy, ready_fd) if task.is_trainer else [])
+            config, hooks=training_hooks(config, plan, strategy, ready_fd, preemption) if task.is_trainer else [])
         if task.is_evaluator:
             run_evaluator(config, plan, estimator, eval_spec)
         elif task.type == "ps":
             run_ps(config, plan, estimator)
         else:
-            run_trainer(config, plan, estimator, train_spec, eval_spec)
+            run_trainer(config, plan, estimator, train_spec, eval_spec, preemption)
     except TRANSIENT_ERRORS as exc:
         raise lost_cluster(plan, exc) from None
     log(f"task {task} finished")

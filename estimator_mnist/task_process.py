@@ -29,7 +29,8 @@ from .launch.processes import describe_exit, die_with_parent
 from .peers import describe_missing, missing_peers, peers_of
 from .task_plan import TaskPlan
 
-STOP_GRACE_SECS = 10.0
+STOP_GRACE_SECS = 10.0  # after Ctrl-C
+REPEAT_SECS = 2.0  # a SIGTERM this soon after the first is the same request
 
 
 def log(message: str) -> None:
@@ -49,21 +50,28 @@ def child_command(args, ready_fd: int) -> List[str]:
 
 
 class TaskParent:
-    def __init__(self, plan: TaskPlan, session_timeout_secs: float):
+    def __init__(self, plan: TaskPlan, session_timeout_secs: float, preemption_grace_secs: float = 25.0):
         self.plan = plan
         self.session_timeout_secs = session_timeout_secs
+        # The child stops by itself within its grace period after SIGTERM; this is the backstop.
+        self.sigterm_grace_secs = preemption_grace_secs + 5.0
         self.child: Optional[subprocess.Popen] = None
         self.stop_signal: Optional[int] = None
         self.stop_requested_at: Optional[float] = None
 
     def _on_signal(self, signum, _frame) -> None:
+        now = time.monotonic()
         if self.stop_signal is None:
-            self.stop_signal, self.stop_requested_at = signum, time.monotonic()
+            self.stop_signal, self.stop_requested_at = signum, now
+        elif signum == signal.SIGTERM and now - self.stop_requested_at >= REPEAT_SECS and self.child is not None:
+            self.child.kill()  # a second SIGTERM: at once
+            return
         if self.child is not None and self.child.poll() is None:
             os.kill(self.child.pid, signum)
 
     def _kill_child_if_overdue(self) -> None:
-        if self.stop_requested_at is not None and time.monotonic() - self.stop_requested_at > STOP_GRACE_SECS:
+        grace = self.sigterm_grace_secs if self.stop_signal == signal.SIGTERM else STOP_GRACE_SECS
+        if self.stop_requested_at is not None and time.monotonic() - self.stop_requested_at > grace:
             self.child.kill()
 
     def _needs_startup_watchdog(self) -> bool:
@@ -115,7 +123,8 @@ class TaskParent:
                 signal.signal(sig, handler)
 
 
-def run_task_process(args, plan: TaskPlan, session_timeout_secs: float) -> int:
+def run_task_process(args, plan: TaskPlan, session_timeout_secs: float, preemption_grace_secs: float) -> int:
     """Runs the task of `args` in a child process and returns the task's exit code."""
     ready_read, ready_write = os.pipe()
-    return TaskParent(plan, session_timeout_secs).run(child_command(args, ready_write), ready_write, ready_read)
+    parent = TaskParent(plan, session_timeout_secs, preemption_grace_secs)
+    return parent.run(child_command(args, ready_write), ready_write, ready_read)

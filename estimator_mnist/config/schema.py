@@ -191,6 +191,9 @@ class TrainingConfig:
                                                   "peers that do not answer and stops (Estimator's own: 2 hours)")
     teardown_timeout_secs: int = _opt(3, check=v.positive, kind=int,
                                       doc="exit when closing the session still blocks this long after the last step")
+    preemption_grace_secs: int = _opt(25, check=v.positive, kind=int,
+                                      doc="after SIGTERM every trainer stops at the same step, the chief saves, and "
+                                          "each exits 200 within this; below Kubernetes' default 30 s grace period")
     ps_idle_timeout_secs: int = _opt(300, check=v.positive, kind=int,
                                      doc="a ps task that no trainer has reached for this long exits 200 (retryable)")
 

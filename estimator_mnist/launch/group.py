@@ -52,11 +52,11 @@ class TaskGroup:
     def running(self, predicate=lambda task: True) -> List[TaskProcess]:
         return [p for p in self.processes.values() if p.running and predicate(p.task)]
 
-    def stop(self, processes: List[TaskProcess]) -> List[TaskProcess]:
-        return stop_processes(processes, self.config.launcher.grace_secs)
+    def stop(self, processes: List[TaskProcess], grace_secs=None) -> List[TaskProcess]:
+        return stop_processes(processes, self.config.launcher.grace_secs if grace_secs is None else grace_secs)
 
-    def stop_all(self) -> List[TaskProcess]:
-        stopped = self.stop(list(self.processes.values()))
+    def stop_all(self, grace_secs=None) -> List[TaskProcess]:
+        stopped = self.stop(list(self.processes.values()), grace_secs)
         for p in self.processes.values():
             signal_group(p, signal.SIGKILL)  # the stragglers of leaders that had already exited
         if self.network is not None:

@@ -79,7 +79,7 @@ class Launcher:
             raise KeyboardInterrupt(signal.Signals(signum).name)
 
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-        status, error, code = "failed", None, 1
+        status, error, code, grace = "failed", None, 1, None
         try:
             self._supervise()
             status, code = "finished", 0
@@ -88,9 +88,14 @@ class Launcher:
         except RunFailed as exc:
             error = str(exc)
         except KeyboardInterrupt as exc:
-            error, code = f"interrupted by {exc.args[0] if exc.args else 'SIGINT'}", INTERRUPTED_EXIT_CODE
+            name = exc.args[0] if exc.args else "SIGINT"
+            error, code = f"interrupted by {name}", INTERRUPTED_EXIT_CODE
+            if name == "SIGTERM":
+                # Preempted: the trainers stop at the same step and the chief saves, within their grace period.
+                error, code, grace = "stopped by SIGTERM (preempted); the tasks saved what they could", \
+                    RETRYABLE_EXIT_CODE, self.config.training.preemption_grace_secs + 5
         finally:
-            stopped = self.group.stop_all()
+            stopped = self.group.stop_all(grace)  # None: launcher.grace_secs
             if stopped:
                 self.console.timed(f"stopped {', '.join(str(p.task) for p in stopped)} "
                                    f"({'run over' if code == 0 else 'stopping the run'})")

@@ -71,9 +71,10 @@ class TaskProcess:
         return False
 
     def is_stopped_by_signal(self) -> bool:
-        """SIGSTOPped (state T): alive but making no progress."""
+        """SIGSTOPped (state T), the task or its TensorFlow child: alive but making no progress."""
         try:
-            return psutil.Process(self.pid).status() == psutil.STATUS_STOPPED
+            task = psutil.Process(self.pid)
+            return any(p.status() == psutil.STATUS_STOPPED for p in [task, *task.children(recursive=True)])
         except psutil.Error:
             return False
 

@@ -40,12 +40,15 @@ class Restarts:
         stopping = [group.processes[failure.task]] if evaluator_only else \
             [p for p in group.processes.values() if not p.task.is_evaluator]
         monitor.update(time.time())  # the failed task's last record may have come after the loop last read
-        step_at_failure = monitor.step
+        step_at_failure, preempted_at = monitor.step, monitor.preempted_at()
         stopped = group.stop(stopping)
         if stopped:
             supervisor.console.timed(f"stopped {', '.join(str(p.task) for p in stopped)} (restarting after: "
                                      f"{failure.task or 'the run'} {failure.reason})")
         restored = checkpoints.latest_step(self.config.model_dir)
+        if preempted_at is not None:
+            supervisor.console.timed(f"{failure.task or 'a trainer'} preempted at step {preempted_at}, checkpoint "
+                                     f"{restored} written", always=True)
         redo = (step_at_failure - (restored or 0)) if step_at_failure is not None and not evaluator_only else 0
         now = time.time()
         record = {"number": len(self.records) + 1, "time": now, "seconds_since_launch": now - self.launch_time,

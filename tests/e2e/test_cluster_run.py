@@ -66,18 +66,20 @@ def test_two_workers_train_evaluate_and_export(tmp_path, mnist_data_dir):
     assert np.mean(predicted == labels.numpy()) > 0.5
 
 
-def task_pid(launcher_pid: int, task: str):
+def task_pid(launcher_pid: int, task: str, tensorflow: bool = False):
+    """The task's process as the launcher started it (`train`'s parent), or its TensorFlow child."""
     for pid in descendants(launcher_pid):
         try:
             cmdline = psutil.Process(pid).cmdline()
         except psutil.Error:
             continue
-        if task in cmdline and "train" in cmdline:
+        if task in cmdline and "train" in cmdline and ("--ready-fd" in cmdline) == tensorflow:
             return pid
     return None
 
 
-def launch_and_kill_when(tmp_path, template, log_pattern, task="worker:1", sig=signal.SIGKILL, ports=2, **fields):
+def launch_and_kill_when(tmp_path, template, log_pattern, task="worker:1", sig=signal.SIGKILL, ports=2,
+                         tensorflow=False, **fields):
     """Starts a launch, sends `sig` to `task` once worker 0's log matches `log_pattern`; (proc, killed_at, pids)."""
     for _ in range(3):
         proc = start_launch(write_cluster(tmp_path, template, ports, **fields))
@@ -86,7 +88,7 @@ def launch_and_kill_when(tmp_path, template, log_pattern, task="worker:1", sig=s
         while time.time() < deadline and proc.poll() is None and victim is None:
             logs = list((tmp_path / "run" / "logs").glob("*/worker-0.log"))
             if logs and re.search(log_pattern, logs[0].read_text(errors="replace")):
-                victim = task_pid(proc.pid, task)
+                victim = task_pid(proc.pid, task, tensorflow)
             time.sleep(0.5)
         if proc.poll() == 2:
             continue  # a port was taken between choosing and binding: try new ones
@@ -182,7 +184,7 @@ def test_a_stopped_worker_is_a_stall_that_restarts(tmp_path, mnist_data_dir):
     template = CLUSTER_YAML.replace("stall_timeout_secs: 300", "stall_timeout_secs: 20") + \
         "restart: {{policy: on_failure, max_restarts: 2, backoff_secs: 1}}\n"
     proc, _, _ = launch_and_kill_when(tmp_path, template, r"Saving checkpoints for 40 ", sig=signal.SIGSTOP,
-                                      steps=120, save=40, data_dir=mnist_data_dir)
+                                      tensorflow=True, steps=120, save=40, data_dir=mnist_data_dir)
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())

@@ -29,7 +29,8 @@ def test_never_does_not_restart(tmp_path):
 
 def test_gives_up_after_max_restarts(tmp_path):
     config = make_config(tmp_path, restart=ON_FAILURE)
-    code, out, summary, _, _ = run(config, {**HEALTHY, "worker:0": "fail_soon"})
+    code, out, summary, _, _ = run(config, {"chief:0": "hang_ignoring_sigterm", "worker:0": "fail_soon",
+                                            "evaluator:0": "evaluator_never_final"})
     assert code == 1
     assert len(summary["restarts"]) == 2
     assert re.search(r"failed: task worker:0 failed \(exit code 200\).*; gave up after 2 restarts "
@@ -60,7 +61,9 @@ def test_a_failed_evaluator_is_restarted_alone(tmp_path):
 def test_a_permanent_failure_is_not_restarted(tmp_path):
     """Exit 1 says a restart would not cure it: only 200 and deaths by a signal are restarted."""
     config = make_config(tmp_path, restart=ON_FAILURE)
-    code, out, summary, _, _ = run(config, {**HEALTHY, "worker:0": "fail_permanently"})
+    # The chief never finishes, so the worker's failure cannot come after training is over.
+    code, out, summary, _, _ = run(config, {"chief:0": "hang_ignoring_sigterm", "worker:0": "fail_permanently",
+                                            "evaluator:0": "evaluator_never_final"})
     assert code == 1 and summary["restarts"] == []
     assert "failed: task worker:0 failed (exit code 1)" in out and "(not retryable: only exit code 200" in out
     assert not pids_alive(summary["all_pids"])

@@ -1,0 +1,126 @@
+"""Preemption with real clusters: a SIGTERM to one trainer stops every trainer at the same step, the chief
+saves it, all exit 200 within the grace period, and starting the tasks again resumes from that checkpoint."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from estimator_mnist.checkpoints import latest_step
+from estimator_mnist.progress import read_progress
+from tests.helpers import REPO, free_ports, launch_cluster
+
+GRACE = 25
+SETTINGS = """
+training: {{batch_size_per_replica: 32, max_steps: 200, save_checkpoints_steps: 20, preemption_grace_secs: 25}}
+tasks: {{all: {{step_delay_ms: 50}}}}
+run_dir: {root}/run
+data_dir: {data_dir}
+"""
+MWMS = 'cluster: {{chief: ["localhost:{p0}"], worker: ["localhost:{p1}"]}}\n' + SETTINGS
+PS = ('cluster: {{chief: ["localhost:{p0}"], worker: ["localhost:{p1}"], ps: ["localhost:{p2}"]}}\n'
+      'strategy: parameter_server\n' + SETTINGS)
+
+
+class Tasks:
+    def __init__(self, tmp_path, template, mnist_data_dir):
+        ports = {f"p{i}": port for i, port in enumerate(free_ports(3))}
+        self.root, self.path = tmp_path, tmp_path / "cluster.yaml"
+        self.path.write_text(template.format(root=tmp_path, data_dir=mnist_data_dir, **ports), encoding="utf-8")
+        self.procs = {}
+
+    def start(self, *tasks):
+        for task in tasks:
+            log = open(self.root / f"{task.replace(':', '-')}.log", "ab")
+            self.procs[task] = subprocess.Popen([sys.executable, "-m", "estimator_mnist", "train", "--cluster",
+                                                 str(self.path), "--task", task], cwd=REPO, stdout=log,
+                                                stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait(self, tasks, timeout):
+        deadline, ended = time.monotonic() + timeout, {}
+        started = time.monotonic()
+        while len(ended) < len(tasks) and time.monotonic() < deadline:
+            for task in tasks:
+                if task not in ended and self.procs[task].poll() is not None:
+                    ended[task] = time.monotonic() - started
+            time.sleep(0.1)
+        return ended
+
+    def log(self, task):
+        return (self.root / f"{task.replace(':', '-')}.log").read_text(errors="replace")
+
+    def close(self):
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.mark.parametrize("template, victim", [(MWMS, "worker:0"), (MWMS, "chief:0"), (PS, "worker:0")],
+                         ids=["mwms-worker", "mwms-chief", "ps-worker"])
+def test_sigterm_to_one_trainer_stops_all_at_a_saved_step_and_a_restart_resumes(tmp_path, mnist_data_dir,
+                                                                                 template, victim):
+    tasks = Tasks(tmp_path, template, mnist_data_dir)
+    trainers = ["chief:0", "worker:0"]
+    try:
+        tasks.start(*(["ps:0"] if template is PS else []), *trainers)
+        deadline = time.monotonic() + 300
+        while (latest_step(str(tmp_path / "run" / "model")) or 0) < 20 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        logged = read_progress(str(tmp_path / "run"))[victim]["global_step"]
+        tasks.procs[victim].send_signal(signal.SIGTERM)  # to the process Kubernetes would signal: train's parent
+        ended = tasks.wait(trainers, timeout=GRACE + 30)
+        print(f"SIGTERM to {victim} at step {logged}: exits after {ended} s")
+        assert {t: tasks.procs[t].returncode for t in trainers} == {"chief:0": 200, "worker:0": 200}, \
+            {t: tasks.log(t)[-2500:] for t in trainers}
+        assert max(ended.values()) <= GRACE
+        saved = latest_step(str(tmp_path / "run" / "model"))
+        assert saved >= logged and saved < 200
+        # The chief wrote the checkpoint of the step it stopped at (asynchronous workers may stop a step apart).
+        assert re.search(rf"task chief:0 preempted: stopped at step {saved}, latest checkpoint \S+-{saved}\b",
+                         tasks.log("chief:0"))
+
+        tasks.start(*trainers)
+        tasks.wait(trainers, timeout=400)
+        assert {t: tasks.procs[t].returncode for t in trainers} == {"chief:0": 0, "worker:0": 0}
+        assert re.search(rf"Restoring parameters from .*model\.ckpt-{saved}\b", tasks.log("chief:0"))
+        assert latest_step(str(tmp_path / "run" / "model")) >= 200
+    finally:
+        tasks.close()
+
+
+LAUNCHED = """
+cluster: {{chief: ["localhost:{p0}"], worker: ["localhost:{p1}"], evaluator: localhost}}
+training: {{batch_size_per_replica: 32, max_steps: 200, save_checkpoints_steps: 100}}
+tasks: {{all: {{step_delay_ms: 50}}}}
+restart: {{policy: on_failure, max_restarts: 2, backoff_secs: 1}}
+run_dir: {run_dir}
+data_dir: {data_dir}
+"""
+
+
+def test_under_the_launcher_a_preemption_costs_a_restart_not_the_steps_since_the_checkpoint(tmp_path,
+                                                                                           mnist_data_dir):
+    from tests.helpers import start_launch, write_cluster
+
+    proc = start_launch(write_cluster(tmp_path, LAUNCHED, 2, data_dir=mnist_data_dir))
+    deadline = time.monotonic() + 300
+    record = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        record = read_progress(str(tmp_path / "run")).get("worker:0")
+        if record and 30 <= record["global_step"] < 90:
+            break
+        time.sleep(0.2)
+    assert record is not None and proc.poll() is None
+    os.kill(record["parent_pid"], signal.SIGTERM)  # between periodic checkpoints (every 100 steps)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    assert re.search(r"preempted at step \d+, checkpoint \d+ written", out), out[-3000:]
+    summary = __import__("json").loads((tmp_path / "run" / "run_summary.json").read_text())
+    [restart] = summary["restarts"]
+    assert restart["restored_checkpoint_step"] >= 30 and restart["steps_redone"] <= 2
+    assert summary["global_step"] == 200 and summary["accuracy"] is not None

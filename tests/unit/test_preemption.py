@@ -1,0 +1,102 @@
+"""Preemption: the SIGTERM logic (fake clock, injected exit) and a real Estimator run that stops at the
+step a SIGTERM arrived at, with the chief's checkpoint of that step."""
+
+import signal
+import threading
+import time
+
+import pytest
+
+from estimator_mnist import checkpoints, runner
+from estimator_mnist.config import TaskId, config_from_dict
+from estimator_mnist.preemption import Preemption
+from estimator_mnist.progress import read_progress
+from estimator_mnist.task_plan import plan_task
+from estimator_mnist.tf_workarounds import TeardownWatchdogHook
+from tests.unit.fakes import dataset_of, fake_mnist
+
+
+class Clock:
+    now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def make(graceful=True, grace=60.0):
+    exits, clock = [], Clock()
+    return Preemption("worker:0", grace, graceful, exit_fn=lambda m, c: exits.append((m, c)), clock=clock), exits, clock
+
+
+def test_a_trainer_raises_its_flag_and_a_repeat_of_the_same_sigterm_changes_nothing():
+    preemption, exits, clock = make()
+    assert preemption.flag == 0.0
+    preemption.on_sigterm()
+    assert preemption.flag == 1.0 and exits == []
+    clock.now += 1.0
+    preemption.on_sigterm()  # the group's SIGTERM and the parent's forwarded one: one request
+    assert exits == []
+
+
+def test_a_second_sigterm_ends_the_task_at_once_with_200():
+    preemption, exits, clock = make()
+    preemption.on_sigterm()
+    clock.now += 5.0
+    preemption.on_sigterm()
+    assert exits == [("task worker:0: a second SIGTERM; exiting at once with 200", 200)]
+
+
+def test_ps_tasks_and_the_evaluator_exit_200_at_once():
+    preemption, exits, _ = make(graceful=False)
+    preemption.on_sigterm()
+    assert exits == [("task worker:0: SIGTERM; exiting with 200 (retryable)", 200)]
+
+
+def test_the_grace_period_running_out_ends_the_task():
+    preemption, exits, _ = make(grace=0.2)
+    preemption.on_sigterm()
+    deadline = time.monotonic() + 10
+    while not exits and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert exits == [("task worker:0: training.preemption_grace_secs=0.2 s ran out after SIGTERM; exiting at once "
+                      "with 200", 200)]
+
+
+@pytest.fixture
+def keep_sigterm_handler():
+    previous = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_run_stops_at_the_step_of_the_sigterm_and_saves_it(tmp_path, keep_sigterm_handler):
+    images, labels = fake_mnist(128)
+    config = config_from_dict({"cluster": {"chief": ["localhost:1"]}, "run_dir": str(tmp_path / "run"),
+                               "training": {"batch_size_per_replica": 8, "max_steps": 500,
+                                            "save_checkpoints_steps": 200}}, "test")
+    plan = plan_task(config, TaskId("chief", 0))
+    exits = []
+    preemption = Preemption("chief:0", 60, graceful=True, exit_fn=lambda m, c: exits.append((m, c)))
+    hooks = [h for h in runner.training_hooks(config, plan, preemption=preemption)
+             if not isinstance(h, TeardownWatchdogHook)]  # it would end this process
+
+    def sigterm_soon():
+        while (read_progress(config.run_dir).get("chief:0") or {}).get("local_step", 0) < 1:
+            time.sleep(0.05)
+        signal.raise_signal(signal.SIGTERM)  # handled in the main thread, between steps
+
+    threading.Thread(target=sigterm_soon, daemon=True).start()
+    estimator = runner.build_estimator(config, plan)
+    train_spec, _ = runner.train_and_eval_specs(config, make_dataset=lambda split: dataset_of(images, labels),
+                                                hooks=hooks)
+    estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
+    stopped = preemption.stopped_at_step
+    assert stopped is not None and 1 <= stopped < 500
+    assert checkpoints.latest_step(config.model_dir) == stopped  # the chief saved the stop step
+    assert read_progress(config.run_dir)["chief:0"]["preempted_at"] == stopped
+    # A restart: the counter restored from the checkpoint is the new baseline, so training goes on.
+    preemption2 = Preemption("chief:0", 60, graceful=True, exit_fn=lambda m, c: exits.append((m, c)))
+    hooks = [h for h in runner.training_hooks(config, plan, preemption=preemption2)
+             if not isinstance(h, TeardownWatchdogHook)]
+    estimator.train(train_spec.input_fn, hooks=hooks, max_steps=stopped + 3)
+    assert preemption2.stopped_at_step is None and checkpoints.latest_step(config.model_dir) == stopped + 3
