@@ -73,6 +73,7 @@ def cmd_train(args) -> int:
 
     config, task, tf_config = _config_and_task(args)
     plan = plan_task(config, task, tf_config)
+    given_tf_config = os.environ.get("TF_CONFIG")  # the child reads the same input as this process did
     priority = apply_to_this_process(plan)  # before TensorFlow is imported: env, umask, CPU priority
     if args.ready_fd is not None:
         return _run_child(config, plan, priority, args.ready_fd)
@@ -85,7 +86,7 @@ def cmd_train(args) -> int:
     from .task_process import run_task_process
 
     return run_task_process(args, plan, config.training.session_creation_timeout_secs,
-                            config.training.preemption_grace_secs)
+                            config.training.preemption_grace_secs, given_tf_config)
 
 
 def _run_child(config, plan, priority, ready_fd) -> int:

@@ -106,10 +106,10 @@ class TaskParent:
             return RETRYABLE_EXIT_CODE
         return returncode
 
-    def run(self, command: List[str], ready_write: int, ready_read: int) -> int:
+    def run(self, command: List[str], ready_write: int, ready_read: int, env: Optional[dict] = None) -> int:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
-            self.child = subprocess.Popen(command, pass_fds=(ready_write,), preexec_fn=die_with_parent)
+            self.child = subprocess.Popen(command, pass_fds=(ready_write,), preexec_fn=die_with_parent, env=env)
             os.close(ready_write)
             if self._needs_startup_watchdog() and not self._wait_ready(ready_read):
                 return RETRYABLE_EXIT_CODE
@@ -123,8 +123,22 @@ class TaskParent:
                 signal.signal(sig, handler)
 
 
-def run_task_process(args, plan: TaskPlan, session_timeout_secs: float, preemption_grace_secs: float) -> int:
-    """Runs the task of `args` in a child process and returns the task's exit code."""
+def child_environment(environ, given_tf_config: Optional[str]) -> dict:
+    """This process's environment (its plan applied), with the TF_CONFIG it was given, or none."""
+    env = {k: v for k, v in environ.items() if k != "TF_CONFIG"}
+    if given_tf_config is not None:
+        env["TF_CONFIG"] = given_tf_config
+    return env
+
+
+def run_task_process(args, plan: TaskPlan, session_timeout_secs: float, preemption_grace_secs: float,
+                     given_tf_config: Optional[str] = None) -> int:
+    """Runs the task of `args` in a child process and returns the task's exit code.
+
+    The child gets this process's environment (the plan is applied) but the TF_CONFIG this process was given,
+    so that it reads the same input and makes the same plan.
+    """
     ready_read, ready_write = os.pipe()
     parent = TaskParent(plan, session_timeout_secs, preemption_grace_secs)
-    return parent.run(child_command(args, ready_write), ready_write, ready_read)
+    return parent.run(child_command(args, ready_write), ready_write, ready_read,
+                      child_environment(os.environ, given_tf_config))

@@ -8,7 +8,7 @@ from estimator_mnist import errors
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.peers import cause_of, named_in, peers_of
 from estimator_mnist.task_plan import plan_task
-from estimator_mnist.task_process import TaskParent
+from estimator_mnist.task_process import TaskParent, child_environment
 
 CONFIG = config_from_dict({"cluster": {"chief": ["192.0.2.1:2222"], "worker": ["192.0.2.2:2222"]}}, "t.yaml")
 PLAN = plan_task(CONFIG, TaskId("chief", 0))
@@ -52,3 +52,11 @@ def test_a_tensorflow_error_names_its_peer_and_its_cause():
 def test_usage_retryable_and_permanent_failures_are_one_line():
     for kind in (errors.UsageError, errors.RetryableFailure, errors.PermanentFailure):
         assert str(kind("a\n  b")) == "a b"
+
+
+def test_the_child_reads_the_tf_config_the_parent_was_given():
+    """The parent's applied plan rewrites TF_CONFIG (evaluator taken out); the child must see the original."""
+    applied = {"TF_CONFIG": '{"cluster": {"chief": ["w0:1"]}}', "CUDA_VISIBLE_DEVICES": "1"}
+    given = '{"cluster": {"worker": ["w0:1"], "evaluator": ["e:1"]}, "task": {"type": "evaluator"}}'
+    assert child_environment(applied, given) == {"TF_CONFIG": given, "CUDA_VISIBLE_DEVICES": "1"}
+    assert child_environment(applied, None) == {"CUDA_VISIBLE_DEVICES": "1"}  # --task: the YAML decides
