@@ -12,7 +12,7 @@ import pytest
 
 from estimator_mnist.checkpoints import latest_step
 from estimator_mnist.progress import read_progress
-from tests.helpers import REPO, free_ports, launch_cluster
+from tests.helpers import REPO, free_ports
 
 GRACE = 25
 SETTINGS = """

@@ -6,7 +6,6 @@ Short runs (tens of steps): they check behaviour, not accuracy or speed.
 import re
 from pathlib import Path
 
-import pytest
 
 from estimator_mnist.progress import read_progress
 from tests.helpers import launch_cluster, pids_alive

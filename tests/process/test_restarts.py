@@ -1,7 +1,6 @@
 """The restart policy with stand-in tasks: what is restarted, from which checkpoint, and when it gives up."""
 
 import re
-from pathlib import Path
 
 from tests.helpers import pids_alive
 from tests.process.launching import HEALTHY, ON_FAILURE, make_config, run

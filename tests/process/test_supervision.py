@@ -14,7 +14,7 @@ from estimator_mnist.errors import UsageError
 from estimator_mnist.launch import launch
 from estimator_mnist.launch.processes import describe_exit
 from tests.helpers import pids_alive
-from tests.process.launching import HEALTHY, fake_commands, make_config, mark_data_prepared, run
+from tests.process.launching import HEALTHY, make_config, mark_data_prepared, run
 
 
 def test_success_prints_the_final_line_and_summary(tmp_path):
