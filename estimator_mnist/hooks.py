@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 from typing import Optional
 
@@ -14,10 +13,7 @@ import tensorflow as tf
 
 from .config import TaskId
 from .progress import ProgressWriter
-
-
-def log(message: str) -> None:
-    print(f"[estimator-mnist] {message}", file=sys.stderr, flush=True)
+from .tasklog import log
 
 
 class ProgressHook(tf.compat.v1.train.SessionRunHook):

@@ -147,8 +147,9 @@ def run_task(config: Config, plan: TaskPlan, priority: str = "unchanged", ready_
     """Runs the planned task until training (or evaluation) ends. The plan is already applied."""
     task = plan.task
     finished_step = checkpoints.latest_step(config.model_dir)
-    if task.is_trainer and finished_step is not None and finished_step >= config.training.max_steps:
-        # Starting a server here would leave the peers waiting for a chief that skips training.
+    if not task.is_evaluator and finished_step is not None and finished_step >= config.training.max_steps:
+        # Starting a server here would leave the peers waiting for a chief that skips training (and a ps
+        # task waiting for trainers that will not come).
         log(f"task {task}: model_dir already holds step {finished_step} >= max_steps "
             f"{config.training.max_steps}; nothing to train. Raise training.max_steps to continue.")
         return 0

@@ -28,13 +28,10 @@ from .errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE
 from .launch.processes import describe_exit, die_with_parent
 from .peers import describe_missing, missing_peers, peers_of
 from .task_plan import TaskPlan
+from .tasklog import log
 
 STOP_GRACE_SECS = 10.0  # after Ctrl-C
 REPEAT_SECS = 2.0  # a SIGTERM this soon after the first is the same request
-
-
-def log(message: str) -> None:
-    print(f"[estimator-mnist] {message}", file=sys.stderr, flush=True)
 
 
 def child_command(args, ready_fd: int) -> List[str]:

@@ -23,6 +23,7 @@ import time
 import tensorflow as tf
 
 from . import checkpoints
+from .tasklog import log
 
 READY_POLL_SECS = 1.0
 
@@ -135,7 +136,7 @@ class ReleaseSyncTokensHook(tf.compat.v1.train.SessionRunHook):
 
 def exit_now(message: str, code: int = 0) -> None:
     """Ends the process at once (TF threads blocked in C++ would stop a normal exit), logs flushed."""
-    print(f"[estimator-mnist] {message}", file=sys.stderr, flush=True)
+    log(message)
     logging.shutdown()
     sys.stdout.flush()
     os._exit(code)
