@@ -57,9 +57,14 @@ def read_eval_results(model_dir: str) -> List[dict]:
     return results
 
 
+def final_of(records: List[dict], max_steps: int) -> Optional[dict]:
+    """The newest of `records` (evaluations, oldest first) of a checkpoint at or past max_steps."""
+    return next((r for r in reversed(records) if r.get("global_step", -1) >= max_steps), None)
+
+
 def final_evaluation(model_dir: str, max_steps: int) -> Optional[dict]:
     """The evaluation of a checkpoint at or past max_steps, if the evaluator has recorded one."""
-    return next((r for r in reversed(read_eval_results(model_dir)) if r.get("global_step", -1) >= max_steps), None)
+    return final_of(read_eval_results(model_dir), max_steps)
 
 
 def wait_for_final_evaluation(model_dir: str, max_steps: int, timeout_secs: float,

@@ -108,7 +108,6 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
         self._counter = tf.compat.v1.get_collection(COUNTERS)[0]
         self._read = tf.compat.v1.get_collection(READS)[0]
         self._step = tf.compat.v1.train.get_global_step()
-        self._preemption.install()
 
     def after_create_session(self, session, coord):
         # TensorFlow's own SIGTERM notifier may have replaced the handler while the cluster formed.

@@ -32,7 +32,8 @@ STEP_TIMES_EVERY = 10
 
 
 def progress_path(run_dir: str, task) -> Path:
-    return Path(run_dir, PROGRESS_DIR, f"{task.type}-{task.index}.json" if hasattr(task, "type") else f"{task}.json")
+    """<run_dir>/progress/<type>-<index>.json of a TaskId."""
+    return Path(run_dir, PROGRESS_DIR, f"{task.type}-{task.index}.json")
 
 
 class ProgressWriter:

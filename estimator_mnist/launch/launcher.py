@@ -95,10 +95,8 @@ class Launcher:
                 error, code, grace = "stopped by SIGTERM (preempted); the tasks saved what they could", \
                     RETRYABLE_EXIT_CODE, self.config.training.preemption_grace_secs + 5
         finally:
-            stopped = self.group.stop_all(grace)  # None: launcher.grace_secs
-            if stopped:
-                self.console.timed(f"stopped {', '.join(str(p.task) for p in stopped)} "
-                                   f"({'run over' if code == 0 else 'stopping the run'})")
+            self.console.stopped(self.group.stop_all(grace),  # grace None: launcher.grace_secs
+                                 "run over" if code == 0 else "stopping the run")
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return self._report(status, error, code)

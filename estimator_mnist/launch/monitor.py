@@ -99,8 +99,7 @@ class Monitor:
     def final_evaluation(self) -> Optional[dict]:
         """The evaluation of a checkpoint at or past max_steps, if any."""
         records = self.evaluations or checkpoints.read_eval_results(self._config.model_dir)
-        max_steps = self._config.training.max_steps
-        return next((r for r in reversed(records) if r["global_step"] >= max_steps), None)
+        return checkpoints.final_of(records, self._config.training.max_steps)
 
     def seconds_left(self, now: float) -> Optional[float]:
         """Time to max_steps at the global-step rate of the last RATE_WINDOW_SECS, once it is known."""

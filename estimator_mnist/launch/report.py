@@ -32,6 +32,11 @@ class Console:
     def timed(self, message: str, always: bool = False) -> None:
         self.say(f"[{time.time() - self.start:6.0f}s] {message}", always)
 
+    def stopped(self, processes, reason: str) -> None:
+        """The line for tasks the launcher had to stop, when there were any."""
+        if processes:
+            self.timed(f"stopped {', '.join(str(p.task) for p in processes)} ({reason})")
+
     def evaluation(self, record: dict) -> None:
         self.timed(f"evaluation of step {record['global_step']}: accuracy {record['accuracy']:.4f}, "
                    f"loss {record['loss']:.4f}")

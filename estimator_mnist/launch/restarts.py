@@ -41,10 +41,8 @@ class Restarts:
             [p for p in group.processes.values() if not p.task.is_evaluator]
         monitor.update(time.time())  # the failed task's last record may have come after the loop last read
         step_at_failure, preempted_at = monitor.step, monitor.preempted_at()
-        stopped = group.stop(stopping)
-        if stopped:
-            supervisor.console.timed(f"stopped {', '.join(str(p.task) for p in stopped)} (restarting after: "
-                                     f"{failure.task or 'the run'} {failure.reason})")
+        supervisor.console.stopped(group.stop(stopping),
+                                   f"restarting after: {failure.task or 'the run'} {failure.reason}")
         restored = checkpoints.latest_step(self.config.model_dir)
         if preempted_at is not None:
             supervisor.console.timed(f"{failure.task or 'a trainer'} preempted at step {preempted_at}, checkpoint "

@@ -89,9 +89,7 @@ class Supervisor:
         self.console.timed(f"training finished at step {step}")
 
     def _stop(self, processes, reason: str) -> None:
-        stopped = self.group.stop(processes)
-        if stopped:
-            self.console.timed(f"stopped {', '.join(str(p.task) for p in stopped)} ({reason})")
+        self.console.stopped(self.group.stop(processes), reason)
 
     def _after_training(self, now: float) -> bool:
         """True once every task is done and the final evaluation (when there is an evaluator) exists."""

@@ -15,6 +15,7 @@ import socket
 import sys
 import time
 
+from estimator_mnist.config import TaskId
 from estimator_mnist.progress import ProgressWriter, progress_path
 
 ONCE = {"chief_fails_once": ("fail_soon", "chief_ok"), "chief_stalls_once": ("silent_forever", "chief_ok"),
@@ -28,7 +29,8 @@ class Fake:
         self.port = int(argv[5]) if len(argv) > 5 else 0
         os.makedirs(self.model_dir, exist_ok=True)
         role, index = self.task.split(":")
-        self.writer = ProgressWriter(progress_path(self.run_dir, f"{role}-{index}"), self.task, examples_per_step=64)
+        self.writer = ProgressWriter(progress_path(self.run_dir, TaskId(role, int(index))), self.task,
+                                     examples_per_step=64)
 
     def first_time(self, name) -> bool:
         marker = os.path.join(self.model_dir, f".fake-{name}")
