@@ -66,8 +66,3 @@ def input_fn(mode, input_context=None, *, data_dir, batch_size_per_replica, eval
     dataset = dataset.map(_to_features, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
-
-def serving_input_receiver_fn():
-    """The SavedModel's input: a batch of float images in [0, 1], shape [N, 28, 28, 1]."""
-    images = tf.compat.v1.placeholder(tf.float32, [None, 28, 28, 1], name=IMAGE_KEY)
-    return tf.estimator.export.ServingInputReceiver({IMAGE_KEY: images}, {IMAGE_KEY: images})

@@ -14,36 +14,46 @@ import tensorflow as tf
 
 from . import checkpoints
 from .config import Config
-from .data import serving_input_receiver_fn
+from .export import export_checkpoint, keep_newest
 from .hooks import log
 
 EVAL_POLL_SECS = 0.5
 
 
-class RecordingExporter(tf.estimator.Exporter):
-    """Wraps the SavedModel exporter and appends every evaluation to eval_results.jsonl.
+class SavedModelExporter(tf.estimator.Exporter):
+    """Exports evaluated checkpoints (export.py) and appends every evaluation to eval_results.jsonl.
 
     Exporters are the one place where Estimator hands over the evaluation
     result together with the checkpoint it came from, so each evaluated step
-    can be read without parsing logs or event files.
+    can be read without parsing logs or event files. `best_only` exports only
+    when the evaluation loss is lower than that of every earlier export of
+    this model_dir (read back from eval_results.jsonl, so a restart keeps it).
     """
 
-    def __init__(self, inner: tf.estimator.Exporter, results_path: str):
-        self._inner = inner
-        self._results_path = results_path
+    def __init__(self, name: str, model_config, results_path: str, exports_to_keep: int, best_only: bool,
+                 export_fn=export_checkpoint):
+        self._name, self._model_config, self._results_path = name, model_config, results_path
+        self._exports_to_keep, self._best_only, self._export_fn = exports_to_keep, best_only, export_fn
 
     @property
     def name(self):
-        return self._inner.name
+        return self._name
+
+    def _improves(self, loss: float) -> bool:
+        exported = [r["loss"] for r in checkpoints.read_eval_results(os.path.dirname(self._results_path))
+                    if r.get("export")]
+        return not exported or loss < min(exported)
 
     def export(self, estimator, export_path, checkpoint_path, eval_result, is_the_final_export):
-        exported = self._inner.export(estimator, export_path, checkpoint_path, eval_result, is_the_final_export)
-        if isinstance(exported, bytes):
-            exported = exported.decode()
+        loss = float(eval_result["loss"])
+        exported = None
+        if not self._best_only or self._improves(loss):
+            exported = self._export_fn(self._model_config, checkpoint_path, export_path)
+            keep_newest(export_path, self._exports_to_keep)
         record = {
             "global_step": int(eval_result[tf.compat.v1.GraphKeys.GLOBAL_STEP]),
             "accuracy": float(eval_result["accuracy"]),
-            "loss": float(eval_result["loss"]),
+            "loss": loss,
             "checkpoint": checkpoint_path,
             "export": exported,
             "final": bool(is_the_final_export),
@@ -58,10 +68,9 @@ class RecordingExporter(tf.estimator.Exporter):
 
 def exporter(config: Config) -> tf.estimator.Exporter:
     evaluation = config.evaluation
-    kind = tf.estimator.BestExporter if evaluation.export == "best" else tf.estimator.LatestExporter
-    inner = kind(name=evaluation.export, serving_input_receiver_fn=serving_input_receiver_fn,
-                 exports_to_keep=evaluation.exports_to_keep)
-    return RecordingExporter(inner, os.path.join(config.model_dir, checkpoints.EVAL_RESULTS_FILE))
+    return SavedModelExporter(evaluation.export, config.model,
+                              os.path.join(config.model_dir, checkpoints.EVAL_RESULTS_FILE),
+                              evaluation.exports_to_keep, best_only=evaluation.export == "best")
 
 
 def evaluate_checkpoints(estimator: tf.estimator.Estimator, eval_spec: tf.estimator.EvalSpec, max_steps: int,

@@ -10,25 +10,42 @@ import tensorflow as tf
 from estimator_mnist import runner
 from estimator_mnist.checkpoints import read_eval_results
 from estimator_mnist.config import TaskId, config_from_dict
-from estimator_mnist.evaluator import RecordingExporter, evaluate_checkpoints
+from estimator_mnist.evaluator import SavedModelExporter, evaluate_checkpoints
 from estimator_mnist.task_plan import plan_task
 from tests.unit.fakes import dataset_of, fake_mnist
 
 
-def test_recording_exporter_appends_each_evaluation(tmp_path):
-    class FakeExporter(tf.estimator.Exporter):
-        name = "fake"
+def _exporter(tmp_path, best_only, exported):
+    def fake_export(model_config, checkpoint_path, export_base):
+        exported.append(checkpoint_path)
+        return f"/exports/{checkpoint_path}"
 
-        def export(self, *args):
-            return b"/exports/123"
+    return SavedModelExporter("latest", None, str(tmp_path / "eval_results.jsonl"), 3, best_only, fake_export)
 
-    recorder = RecordingExporter(FakeExporter(), str(tmp_path / "eval_results.jsonl"))
+
+def _result(step, loss):
+    return {"global_step": np.int64(step), "accuracy": np.float32(0.5), "loss": np.float32(loss)}
+
+
+def test_the_exporter_exports_and_records_each_evaluation(tmp_path):
+    exported = []
+    recorder = _exporter(tmp_path, False, exported)
     for step in (10, 20):
-        result = {"global_step": np.int64(step), "accuracy": np.float32(0.5), "loss": np.float32(1.0)}
-        assert recorder.export(None, "x", f"ckpt-{step}", result, step == 20) == "/exports/123"
+        assert recorder.export(None, str(tmp_path / "x"), f"ckpt-{step}", _result(step, 1.0), step == 20) \
+            == f"/exports/ckpt-{step}"
     records = read_eval_results(str(tmp_path))
-    assert [r["global_step"] for r in records] == [10, 20]
-    assert records[-1]["final"] is True and records[-1]["export"] == "/exports/123"
+    assert [r["global_step"] for r in records] == [10, 20] and exported == ["ckpt-10", "ckpt-20"]
+    assert records[-1]["final"] is True and records[-1]["export"] == "/exports/ckpt-20"
+
+
+def test_the_best_exporter_exports_only_a_lower_loss_and_remembers_it_across_restarts(tmp_path):
+    exported = []
+    _exporter(tmp_path, True, exported).export(None, "x", "ckpt-10", _result(10, 1.0), False)
+    restarted = _exporter(tmp_path, True, exported)  # a new process: the best loss comes from eval_results.jsonl
+    assert restarted.export(None, "x", "ckpt-20", _result(20, 2.0), False) is None
+    assert restarted.export(None, "x", "ckpt-30", _result(30, 0.5), True) == "/exports/ckpt-30"
+    assert exported == ["ckpt-10", "ckpt-30"]
+    assert [r["export"] for r in read_eval_results(str(tmp_path))] == ["/exports/ckpt-10", None, "/exports/ckpt-30"]
 
 
 def test_evaluator_scores_new_checkpoints_and_the_final_one_without_waiting_out_the_throttle(tmp_path):

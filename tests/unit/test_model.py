@@ -9,7 +9,8 @@ import tensorflow as tf
 from estimator_mnist import runner
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.config.schema import ModelConfig
-from estimator_mnist.data import input_fn, serving_input_receiver_fn
+from estimator_mnist.data import input_fn
+from estimator_mnist.export import export_checkpoint
 from estimator_mnist.model import build_network, global_batch_loss, model_fn
 from estimator_mnist.task_plan import plan_task
 from tests.unit.fakes import dataset_of, fake_mnist
@@ -164,9 +165,9 @@ def test_short_estimator_run_trains_evaluates_predicts_and_exports(tmp_path, pre
     assert predictions[0]["probabilities"].shape == (10,)
     assert predictions[0]["probabilities"].sum() == pytest.approx(1.0, rel=1e-5)
 
-    export_dir = estimator.export_saved_model(str(tmp_path / "export"), serving_input_receiver_fn).decode()
+    export_dir = export_checkpoint(config.model, estimator.latest_checkpoint(), str(tmp_path / "export"))
     loaded = tf.saved_model.load(export_dir)
-    outputs = loaded.signatures["serving_default"](image=tf.constant(images[:3].astype(np.float32) / 255.0))
+    outputs = loaded.signatures["images"](images=tf.constant(images[:3].astype(np.float32) / 255.0))
     assert outputs["class_ids"].shape == (3,)
     assert outputs["probabilities"].shape == (3, 10)
 
