@@ -33,6 +33,16 @@ def _paths(p, sets=True) -> None:
                             "--set tasks.worker:1.gpus=[0]; repeatable; 'estimator-mnist keys' lists the keys")
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="estimator-mnist",
@@ -69,6 +79,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("validate", commands.cmd_validate, "check a cluster file and exit (2 on any problem)")
     p.add_argument("--cluster", required=True, metavar="FILE")
     _paths(p)
+
+    p = add("predict", commands.cmd_predict, "classify image files (PNG, JPEG, ...), .npy arrays or MNIST IDX files "
+            "with a trained model")
+    p.add_argument("--model", required=True, metavar="PATH",
+                   help="an export directory, a model_dir or a run directory (its newest export is taken)")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--invert", choices=("auto", "yes", "no"), default="auto",
+                   help="auto (default): invert dark-on-light images; MNIST digits are light on dark")
+    p.add_argument("--json", action="store_true", help="print JSON: the class, the probabilities and the top k")
+    p.add_argument("--top-k", type=_positive, default=3, metavar="K", help="classes listed by --json (default 3)")
+
+    p = add("summary", commands.cmd_summary, "print the outcome of a run: status, accuracy per evaluated step, "
+            "images/s, restarts, export, time to accuracy")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory or a model_dir, from any run")
+    p.add_argument("--json", action="store_true", help="print the same facts as JSON")
 
     p = add("keys", commands.cmd_keys, "list every YAML key with its default")
     p.add_argument("--markdown", action="store_true", help="as the table of docs/configuration.md")

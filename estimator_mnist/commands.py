@@ -13,6 +13,8 @@ import sys
 
 from .errors import UsageError
 
+PREPARE_LOG = "prepare-data.log"  # in data_dir: TensorFlow's and TFDS's output while preparing
+
 
 def load(args):
     """The frozen config of --cluster with the --set overrides and the path flags."""
@@ -113,18 +115,46 @@ def cmd_launch(args) -> int:
 
 def cmd_prepare_data(args) -> int:
     from .config import default_data_dir
+    from .tf_noise import to_log_file
 
     data_dir = args.data_dir
     if data_dir is None and args.cluster:
         data_dir = load(args).data_dir
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # C++ INFO lines (oneDNN notices) drown the useful ones
-    from .data_prep import prepare_data
+    data_dir = os.path.abspath(os.path.expanduser(data_dir or default_data_dir()))
+    log_path = os.path.join(data_dir, PREPARE_LOG)
+    try:
+        quiet = to_log_file(log_path)
+        console = quiet.__enter__()
+    except OSError:
+        quiet, console = None, sys.stderr  # no log file (data_dir not writable): prepare_data names the problem
+    failed = True
+    try:
+        from .data_prep import prepare_data
 
-    def log(message):
-        print(f"prepare-data: {message}", file=sys.stderr, flush=True)
+        def log(message):
+            print(f"prepare-data: {message}", file=console, flush=True)
 
-    print(prepare_data(data_dir or default_data_dir(), from_idx=args.from_idx, source=args.source, log=log))
+        done = prepare_data(data_dir, from_idx=args.from_idx, source=args.source, log=log)
+        failed = False
+    finally:
+        if quiet is not None:
+            quiet.__exit__(None, None, None)
+            if failed:
+                print(f"prepare-data: TensorFlow's own output is in {log_path}", file=sys.stderr, flush=True)
+    print(done)
     return 0
+
+
+def cmd_predict(args) -> int:
+    from .predict import run
+
+    return run(args.model, args.files, args.invert, args.json, args.top_k, sys.stdout, sys.stderr)
+
+
+def cmd_summary(args) -> int:
+    from .run_summary import print_summary
+
+    return print_summary(args.run_dir, args.json, sys.stdout)
 
 
 def cmd_keys(args) -> int:

@@ -53,9 +53,16 @@ def _sha256(path) -> str:
 
 
 def read_idx(path: Path):
-    """Decompresses one .gz IDX file and returns (magic, array, sha256 of the raw bytes)."""
-    with gzip.open(path, "rb") as handle:
+    """Reads one IDX file, gzipped or not, and returns (magic, array, sha256 of the raw bytes)."""
+    with open(path, "rb") as handle:
         raw = handle.read()
+    if raw[:2] == b"\x1f\x8b":  # gzip's magic
+        raw = gzip.decompress(raw)
+    return parse_idx(raw)
+
+
+def parse_idx(raw: bytes):
+    """(magic, array, sha256) of the bytes of an MNIST IDX file: 28x28 uint8 images (2051) or labels (2049)."""
     if len(raw) < 8:
         raise ValueError("is too short to be an IDX file")
     magic, count = struct.unpack(">II", raw[:8])

@@ -5,12 +5,12 @@ atomically after the first step, then at least every WRITE_EVERY_SECS of
 training, and at the end:
 
     {"task": "worker:0", "pid": 4242, "parent_pid": 4240, "local_step": 310, "global_step": 310, "loss": 0.061,
-     "examples_per_sec": 812.5, "time": 1795342427.1, "first_step_time": 1795342391.4,
+     "examples_per_sec": 812.5, "examples_per_step": 256, "time": 1795342427.1, "first_step_time": 1795342391.4,
      "done": false, "step_times": [[1, t1], [10, t10], [20, t20], ...]}
 
 `time` is the wall-clock time of the newest step; `examples_per_sec` is this
-task's rate since its previous record; `step_times` holds the first step,
-every STEP_TIMES_EVERY-th and the newest, for throughput and start-up
+task's rate since its previous record, `examples_per_step` its images per
+local step; `step_times` holds the first step, every STEP_TIMES_EVERY-th and the newest, for throughput and start-up
 figures. Records belong to one process (`pid`, and `parent_pid`: `train`
 runs TensorFlow in a child of the process that was started): after a
 restart the new process overwrites them. No TensorFlow, so stand-in tasks and the Keras
@@ -45,9 +45,10 @@ class ProgressWriter:
         self._examples_per_step = examples_per_step
         self._clock = clock
         # `train` runs TensorFlow in a child of the process a launcher starts: both pids identify the task.
-        self._record = {"task": task, "pid": os.getpid(), "parent_pid": os.getppid(), "local_step": 0, "global_step": None, "loss": None,
-                        "examples_per_sec": None, "time": None, "first_step_time": None, "done": False,
-                        "step_times": []}
+        self._record = {"task": task, "pid": os.getpid(), "parent_pid": os.getppid(), "local_step": 0,
+                        "global_step": None, "loss": None, "examples_per_sec": None,
+                        "examples_per_step": examples_per_step, "time": None, "first_step_time": None,
+                        "done": False, "step_times": []}
         self._written_at = None  # (local step, time) of the last write
 
     @property
