@@ -7,6 +7,7 @@ applied, so bad input is rejected in well under a second.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -122,25 +123,24 @@ def cmd_prepare_data(args) -> int:
         data_dir = load(args).data_dir
     data_dir = os.path.abspath(os.path.expanduser(data_dir or default_data_dir()))
     log_path = os.path.join(data_dir, PREPARE_LOG)
-    try:
-        quiet = to_log_file(log_path)
-        console = quiet.__enter__()
-    except OSError:
-        quiet, console = None, sys.stderr  # no log file (data_dir not writable): prepare_data names the problem
-    failed = True
-    try:
+    with contextlib.ExitStack() as quiet:
+        try:
+            console = quiet.enter_context(to_log_file(log_path))
+        except OSError:
+            console = sys.stderr  # no log file (data_dir not writable): prepare_data names the problem
         from .data_prep import prepare_data
 
         def log(message):
             print(f"prepare-data: {message}", file=console, flush=True)
 
-        done = prepare_data(data_dir, from_idx=args.from_idx, source=args.source, log=log)
-        failed = False
-    finally:
-        if quiet is not None:
-            quiet.__exit__(None, None, None)
-            if failed:
-                print(f"prepare-data: TensorFlow's own output is in {log_path}", file=sys.stderr, flush=True)
+        try:
+            done = prepare_data(data_dir, from_idx=args.from_idx, source=args.source, log=log)
+        except UsageError:
+            raise  # bad input: its one line says it all
+        except BaseException:
+            quiet.close()
+            print(f"prepare-data: TensorFlow's own output is in {log_path}", file=sys.stderr, flush=True)
+            raise
     print(done)
     return 0
 

@@ -1,4 +1,4 @@
-"""The training hooks a trainer runs with: progress records, the ready signal, variable placement.
+"""The training hooks a trainer runs with: progress records, images/s for TensorBoard, the ready signal, variable placement.
 
 (The teardown watchdog is a TensorFlow work-around: tf_workarounds.py.)
 """
@@ -85,3 +85,52 @@ class VariablePlacementHook(tf.compat.v1.train.SessionRunHook):
     def begin(self):
         for variable in tf.compat.v1.global_variables():
             log(f"variable {variable.op.name} placed on {variable.device or '(default device)'}")
+
+
+class ThroughputSummaryHook(tf.compat.v1.train.SessionRunHook):
+    """Puts images/s into the training run TensorBoard shows for model_dir, as scalars at the global step.
+
+    Every trainer writes its own rate as `images_per_sec/<type>_<index>`;
+    the chief also writes the global rate as `images_per_sec`, from the
+    global step's advance (`examples_per_global_step` images each). Each
+    task writes its own events file (suffix .<type>_<index>) in model_dir
+    itself, so TensorBoard merges them into the one training run; Estimator's
+    events cannot hold them, as its non-chief workers write theirs elsewhere.
+    """
+
+    def __init__(self, model_dir: str, task: TaskId, examples_per_local_step: int, examples_per_global_step: int,
+                 every_steps: int, is_chief: bool, clock=time.time):
+        self._model_dir, self._task, self._every = model_dir, task, max(1, every_steps)
+        self._per_local, self._per_global = examples_per_local_step, examples_per_global_step
+        self._is_chief, self._clock = is_chief, clock
+        self._writer = None
+        self._mark = None  # (local step, global step, time) at the start of the interval
+
+    def begin(self):
+        self._global_step = tf.compat.v1.train.get_global_step()
+        self._writer = tf.compat.v1.summary.FileWriter(
+            self._model_dir, filename_suffix=f".{self._task.type}_{self._task.index}")
+        self._local = 0
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(self._global_step)
+
+    def after_run(self, run_context, run_values):
+        self._local += 1
+        now, global_step = self._clock(), int(run_values.results)
+        if self._mark is None:  # timing starts after the first step: the graph's start-up is not throughput
+            self._mark = (self._local, global_step, now)
+            return
+        local0, global0, then = self._mark
+        if self._local - local0 < self._every or now <= then:
+            return
+        values = [tf.compat.v1.Summary.Value(tag=f"images_per_sec/{self._task.type}_{self._task.index}",
+                                             simple_value=(self._local - local0) * self._per_local / (now - then))]
+        if self._is_chief:
+            values.append(tf.compat.v1.Summary.Value(
+                tag="images_per_sec", simple_value=(global_step - global0) * self._per_global / (now - then)))
+        self._writer.add_summary(tf.compat.v1.Summary(value=values), global_step)
+        self._mark = (self._local, global_step, now)
+
+    def end(self, session):
+        self._writer.close()

@@ -19,7 +19,7 @@ from .evaluator import evaluate_checkpoints
 from .hooks import log
 from .ps_done import PsDoneWatcher, serve_until_done, signal_done
 from .task_plan import TaskPlan
-from .tf_workarounds import poll_for_ready_model_quickly
+from .tf_workarounds import poll_for_ready_model_quickly, remove_collective_scratch
 
 
 def ps_addresses(config: Config):
@@ -62,6 +62,8 @@ def run_trainer(config: Config, plan: TaskPlan, estimator, train_spec, eval_spec
         estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
     else:
         tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    if config.strategy.name == "multi_worker_mirrored" and not plan.is_chief:
+        remove_collective_scratch(config.model_dir, plan.task)
     if preemption is not None and preemption.stopped_at_step is not None:
         # The chief's checkpoint saver wrote the stop step as training ended.
         raise RetryableFailure(f"{preemption.describe_stop(checkpoints.latest_checkpoint(config.model_dir))}; "

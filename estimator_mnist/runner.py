@@ -18,7 +18,7 @@ from .config import PS_STRATEGIES, Config, TaskId
 from .data import input_fn
 from .errors import RETRYABLE_NOTE, RetryableFailure
 from .evaluator import exporter
-from .hooks import ProgressHook, ReadyHook, VariablePlacementHook, log
+from .hooks import ProgressHook, ReadyHook, ThroughputSummaryHook, VariablePlacementHook, log
 from .model import model_fn
 from .peers import cause_of, missing_peers, named_in, peers_of
 from .preemption import Preemption, PreemptionHook
@@ -26,7 +26,7 @@ from .progress import ProgressWriter, progress_path
 from .roles import DoneSignalHook, run_evaluator, run_ps, run_trainer
 from .strategy import build_train_strategy, configure_devices, gpu_capabilities, session_config
 from .task_plan import TaskPlan, describe, resolve_precision
-from .tf_workarounds import TeardownWatchdogHook, bound_session_recreation
+from .tf_workarounds import TeardownWatchdogHook, bound_session_recreation, remove_collective_scratch
 
 # TensorFlow's errors for a peer that is gone or unreachable, or a wait that timed out: a restart can cure them.
 TRANSIENT_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError)
@@ -111,6 +111,21 @@ def local_replicas(config: Config, strategy) -> int:
     return strategy.num_replicas_in_sync
 
 
+def examples_per_global_step(config: Config, plan: TaskPlan, strategy) -> int:
+    """Images behind one advance of the global step: the whole synchronous batch, or one worker's batch (async ps)."""
+    batch = config.training.batch_size_per_replica
+    if plan.sync_replicas:
+        return batch * plan.sync_replicas[0]  # SyncReplicasOptimizer: one update from replicas_to_aggregate batches
+    return batch * (strategy.num_replicas_in_sync if strategy is not None else 1)
+
+
+def _before_teardown_exit(config: Config, plan: TaskPlan, progress: ProgressHook) -> None:
+    """What a trainer does at its end when the teardown watchdog ends it instead of Estimator's return."""
+    progress.report(checkpoints.latest_step(config.model_dir))
+    if config.strategy.name == "multi_worker_mirrored" and not plan.is_chief:
+        remove_collective_scratch(config.model_dir, plan.task)
+
+
 def training_hooks(config: Config, plan: TaskPlan, strategy=None, ready_fd=None, preemption=None):
     examples = config.training.batch_size_per_replica * local_replicas(config, strategy)
     writer = ProgressWriter(progress_path(config.run_dir, plan.task) if config.run_dir else None, str(plan.task),
@@ -121,7 +136,10 @@ def training_hooks(config: Config, plan: TaskPlan, strategy=None, ready_fd=None,
                                   max_steps=config.training.max_steps,
                                   wait_for_final_evaluation=plan.evaluates_itself or plan.waits_for_evaluation,
                                   final_timeout_secs=config.evaluation.final_timeout_secs,
-                                  before_exit=lambda: progress.report(checkpoints.latest_step(config.model_dir)))]
+                                  before_exit=lambda: _before_teardown_exit(config, plan, progress))]
+    hooks.append(ThroughputSummaryHook(config.model_dir, plan.task, examples,
+                                       examples_per_global_step(config, plan, strategy),
+                                       config.training.log_step_count_steps, plan.is_chief))
     if config.session.log_device_placement:
         hooks.append(VariablePlacementHook())
     if config.strategy.name in PS_STRATEGIES:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -132,6 +133,21 @@ class ReleaseSyncTokensHook(tf.compat.v1.train.SessionRunHook):
             session.run(self._release)
         except tf.errors.OpError:
             pass  # the ps tasks are already gone: nobody is left waiting on them
+
+
+def remove_collective_scratch(model_dir: str, task) -> None:
+    """TF 2.15: a non-chief MultiWorkerMirrored worker writes a copy of every checkpoint and summary to
+    <model_dir>/tmp_<type>_<index>.
+
+    MonitoredTrainingSession makes them run the save and summary ops so that
+    collective ops stay in step, and writes the output there. TensorBoard showed
+    it as a second, partial run beside the real one, and the copies took as
+    much disk as the checkpoints (96 MB in the default run). The worker removes
+    it once training has ended. Pinned by
+    tests/e2e/test_cluster_run.py::test_two_workers_train_evaluate_and_export.
+    """
+    tf.compat.v1.summary.FileWriterCache.clear()  # closes the writers, which would re-create their files
+    shutil.rmtree(os.path.join(model_dir, f"tmp_{task.type}_{task.index}"), ignore_errors=True)
 
 
 def exit_now(message: str, code: int = 0) -> None:

@@ -12,25 +12,46 @@ from ..files import write_json_atomic
 from .monitor import Monitor
 from .processes import describe_exit
 
-PROGRESS_EVERY_SECS = 10.0
 SUMMARY_FILE = "run_summary.json"
+PROGRESS_EVERY_SECS = 5.0  # once training runs: the step, images/s, loss, latest evaluation, time left
+WAITING_EVERY_SECS = 10.0  # before the first step and after the last: a line that something is still under way
+CLEAR_LINE = "\r\x1b[K"
 
 
 class Console:
-    """Prints the launcher's own lines; `quiet` keeps only the start, failures and the final line."""
+    """Prints the launcher's own lines; `quiet` keeps only the start, failures and the final line.
 
-    def __init__(self, out=None, quiet: bool = False, start: Optional[float] = None):
+    On a terminal the progress is one line rewritten in place; elsewhere (CI,
+    a log file) each progress report is a line of its own.
+    """
+
+    def __init__(self, out=None, quiet: bool = False, start: Optional[float] = None, tty: Optional[bool] = None):
         self.out = out or sys.stdout
         self.quiet = quiet
         self.start = start or time.time()
+        self.tty = tty if tty is not None else bool(getattr(self.out, "isatty", lambda: False)())
         self._last_progress = 0.0
+        self._status_shown = False
 
     def say(self, message: str, always: bool = False) -> None:
         if always or not self.quiet:
-            print(message, file=self.out, flush=True)
+            prefix = CLEAR_LINE if self._status_shown else ""
+            self._status_shown = False
+            print(prefix + message, file=self.out, flush=True)
 
     def timed(self, message: str, always: bool = False) -> None:
         self.say(f"[{time.time() - self.start:6.0f}s] {message}", always)
+
+    def status(self, message: str) -> None:
+        """A progress report: rewrites the terminal's last line, or prints a line."""
+        if self.quiet:
+            return
+        if not self.tty:
+            self.timed(message)
+            return
+        self.out.write(f"{CLEAR_LINE}[{time.time() - self.start:6.0f}s] {message}")
+        self.out.flush()
+        self._status_shown = True
 
     def stopped(self, processes, reason: str) -> None:
         """The line for tasks the launcher had to stop, when there were any."""
@@ -41,31 +62,35 @@ class Console:
         self.timed(f"evaluation of step {record['global_step']}: accuracy {record['accuracy']:.4f}, "
                    f"loss {record['loss']:.4f}")
 
-    def progress(self, monitor: Monitor, max_steps: int, running: int, now: float) -> None:
-        """One progress line every PROGRESS_EVERY_SECS."""
-        if now - self._last_progress < PROGRESS_EVERY_SECS:
-            return
+    def _due(self, now: float, every: float) -> bool:
+        if now - self._last_progress < every:
+            return False
         self._last_progress = now
+        return True
+
+    def progress(self, monitor: Monitor, max_steps: int, running: int, now: float) -> None:
+        """A progress report every PROGRESS_EVERY_SECS once training runs (every WAITING_EVERY_SECS before)."""
         if monitor.step is None:
-            self.timed(f"starting: {running} tasks up, waiting for the first training step")
+            if self._due(now, WAITING_EVERY_SECS):
+                self.status(f"starting: {running} tasks up, waiting for the first training step")
+            return
+        if not self._due(now, PROGRESS_EVERY_SECS):
             return
         parts = [f"step {monitor.step}/{max_steps}"]
-        if monitor.loss is not None:
-            parts.append(f"loss {monitor.loss:.4f}")
         if monitor.images_per_sec:
             parts.append(f"{monitor.images_per_sec:,.0f} images/s")
-        left = monitor.seconds_left(now)
-        if left is not None:
-            parts.append(f"about {max(0.0, left):.0f} s left")
+        if monitor.loss is not None:
+            parts.append(f"loss {monitor.loss:.4f}")
         latest = monitor.latest_eval()
         if latest:
             parts.append(f"last evaluation: step {latest['global_step']} accuracy {latest['accuracy']:.4f}")
-        self.timed(", ".join(parts))
+        left = monitor.seconds_left(now)
+        parts.append(f"about {max(0.0, left):.0f} s left" if left is not None else "time left: measuring")
+        self.status(", ".join(parts))
 
     def waiting(self, names, now: float) -> None:
-        if now - self._last_progress >= PROGRESS_EVERY_SECS:
-            self._last_progress = now
-            self.timed(f"training finished; waiting for {', '.join(names)} to finish")
+        if self._due(now, WAITING_EVERY_SECS):
+            self.status(f"training finished; waiting for {', '.join(names)} to finish")
 
 
 def _since(moment: Optional[float], start: float) -> Optional[float]:

@@ -4,6 +4,7 @@ import threading
 import time
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from estimator_mnist import runner
 from estimator_mnist.config import TaskId, config_from_dict
@@ -13,18 +14,19 @@ from estimator_mnist.tf_workarounds import TeardownWatchdogHook
 from tests.unit.fakes import dataset_of, fake_mnist
 
 
-def test_a_training_run_writes_its_progress_record(tmp_path):
+def test_a_training_run_writes_its_progress_record_and_images_per_sec_for_tensorboard(tmp_path):
     images, labels = fake_mnist(128)
     config = config_from_dict({
         "cluster": {"chief": ["localhost:1"]},
-        "training": {"batch_size_per_replica": 8, "max_steps": 12, "save_checkpoints_steps": 12},
+        "training": {"batch_size_per_replica": 8, "max_steps": 12, "save_checkpoints_steps": 12,
+                     "log_step_count_steps": 4},
         "run_dir": str(tmp_path / "run"),
     }, "test")
     plan = plan_task(config, TaskId("chief", 0))
     estimator = runner.build_estimator(config, plan)
     # Without the teardown watchdog: once the work is saved it would end this very process.
     hooks = [h for h in runner.training_hooks(config, plan) if not isinstance(h, TeardownWatchdogHook)]
-    assert len(hooks) == 1
+    assert len(hooks) == 2
     train_spec, _ = runner.train_and_eval_specs(config, make_dataset=lambda split: dataset_of(images, labels),
                                                 hooks=hooks)
     estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
@@ -33,6 +35,15 @@ def test_a_training_run_writes_its_progress_record(tmp_path):
     assert record["loss"] is not None and record["loss"] > 0
     assert [step for step, _ in record["step_times"]] == [1, 10, 12]
     assert record["first_step_time"] <= record["time"]
+    assert record["examples_per_step"] == 8
+
+    # TensorBoard's own reader sees this task's rate and the global one in the training run, every 4 steps after the first (labelled with the global step the step began at).
+    events = EventAccumulator(config.model_dir)
+    events.Reload()
+    for tag in ("images_per_sec", "images_per_sec/chief_0"):
+        points = events.Scalars(tag)
+        assert [p.step for p in points] == [4, 8] and all(p.value > 0 for p in points)
+    assert {"loss", "learning_rate", "train_accuracy"} <= set(events.Tags()["scalars"])
 
 
 def write_final_checkpoint(model_dir, step=5):
