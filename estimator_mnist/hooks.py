@@ -117,20 +117,25 @@ class ThroughputSummaryHook(tf.compat.v1.train.SessionRunHook):
 
     def after_run(self, run_context, run_values):
         self._local += 1
-        now, global_step = self._clock(), int(run_values.results)
+        now, self._last_global = self._clock(), int(run_values.results)
         if self._mark is None:  # timing starts after the first step: the graph's start-up is not throughput
-            self._mark = (self._local, global_step, now)
-            return
+            self._mark = (self._local, self._last_global, now)
+        elif self._local - self._mark[0] >= self._every:
+            self._write(now)
+
+    def _write(self, now: float) -> None:
         local0, global0, then = self._mark
-        if self._local - local0 < self._every or now <= then:
+        if now <= then or self._local <= local0:
             return
         values = [tf.compat.v1.Summary.Value(tag=f"images_per_sec/{self._task.type}_{self._task.index}",
                                              simple_value=(self._local - local0) * self._per_local / (now - then))]
         if self._is_chief:
             values.append(tf.compat.v1.Summary.Value(
-                tag="images_per_sec", simple_value=(global_step - global0) * self._per_global / (now - then)))
-        self._writer.add_summary(tf.compat.v1.Summary(value=values), global_step)
-        self._mark = (self._local, global_step, now)
+                tag="images_per_sec", simple_value=(self._last_global - global0) * self._per_global / (now - then)))
+        self._writer.add_summary(tf.compat.v1.Summary(value=values), self._last_global)
+        self._mark = (self._local, self._last_global, now)
 
     def end(self, session):
+        if self._mark is not None:
+            self._write(self._clock())  # the last stretch, so that a short run has its points too
         self._writer.close()

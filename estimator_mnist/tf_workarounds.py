@@ -144,7 +144,7 @@ def remove_collective_scratch(model_dir: str, task) -> None:
     it as a second, partial run beside the real one, and the copies took as
     much disk as the checkpoints (96 MB in the default run). The worker removes
     it once training has ended. Pinned by
-    tests/e2e/test_cluster_run.py::test_two_workers_train_evaluate_and_export.
+    tests/e2e/test_two_workers_run.py::test_tensorboard_shows_one_training_run_with_images_per_sec_and_the_evaluations.
     """
     tf.compat.v1.summary.FileWriterCache.clear()  # closes the writers, which would re-create their files
     shutil.rmtree(os.path.join(model_dir, f"tmp_{task.type}_{task.index}"), ignore_errors=True)

@@ -37,12 +37,12 @@ def test_a_training_run_writes_its_progress_record_and_images_per_sec_for_tensor
     assert record["first_step_time"] <= record["time"]
     assert record["examples_per_step"] == 8
 
-    # TensorBoard's own reader sees this task's rate and the global one in the training run, every 4 steps after the first (labelled with the global step the step began at).
+    # TensorBoard's own reader sees this task's rate and the global one in the training run, every 4 steps after the first and at the end (labelled with the global step the step began at).
     events = EventAccumulator(config.model_dir)
     events.Reload()
     for tag in ("images_per_sec", "images_per_sec/chief_0"):
         points = events.Scalars(tag)
-        assert [p.step for p in points] == [4, 8] and all(p.value > 0 for p in points)
+        assert [p.step for p in points] == [4, 8, 11] and all(p.value > 0 for p in points)
     assert {"loss", "learning_rate", "train_accuracy"} <= set(events.Tags()["scalars"])
 
 
