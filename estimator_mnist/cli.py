@@ -43,6 +43,35 @@ def _positive(text: str) -> int:
     return value
 
 
+def _add_model_and_kubernetes_commands(add) -> None:
+    """predict, summary and tfjob: what users do with a run, and where they take it next."""
+    p = add("predict", commands.cmd_predict, "classify image files (PNG, JPEG, ...), .npy arrays or MNIST IDX files "
+            "with a trained model")
+    p.add_argument("--model", required=True, metavar="PATH",
+                   help="an export directory, a model_dir or a run directory (its newest export is taken)")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--invert", choices=("auto", "yes", "no"), default="auto",
+                   help="auto (default): invert dark-on-light images; MNIST digits are light on dark")
+    p.add_argument("--json", action="store_true", help="print JSON: the class, the probabilities and the top k")
+    p.add_argument("--top-k", type=_positive, default=3, metavar="K", help="classes listed by --json (default 3)")
+
+    p = add("summary", commands.cmd_summary, "print the outcome of a run: status, accuracy per evaluated step, "
+            "images/s, restarts, export, time to accuracy")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory or a model_dir, from any run")
+    p.add_argument("--json", action="store_true", help="print the same facts as JSON")
+
+    p = add("tfjob", commands.cmd_tfjob, "print the Kubernetes objects (ConfigMap, Kubeflow TFJob, NetworkPolicy) "
+            "that run the cluster file under Kubeflow's training-operator")
+    p.add_argument("--cluster", required=True, metavar="FILE", help="the cluster YAML")
+    p.add_argument("--image", required=True, help="a container image with estimator_mnist installed (Dockerfile)")
+    p.add_argument("--volume-claim", required=True, metavar="PVC",
+                   help="a ReadWriteMany PersistentVolumeClaim for model_dir, run_dir and the data")
+    p.add_argument("--name", help="the TFJob's name (default: the YAML's name, e.g. two-workers)")
+    p.add_argument("--namespace", default="default")
+    p.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE", default=[],
+                   help="override one key of the YAML, as for launch")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="estimator-mnist",
@@ -80,20 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", required=True, metavar="FILE")
     _paths(p)
 
-    p = add("predict", commands.cmd_predict, "classify image files (PNG, JPEG, ...), .npy arrays or MNIST IDX files "
-            "with a trained model")
-    p.add_argument("--model", required=True, metavar="PATH",
-                   help="an export directory, a model_dir or a run directory (its newest export is taken)")
-    p.add_argument("files", nargs="+", metavar="FILE")
-    p.add_argument("--invert", choices=("auto", "yes", "no"), default="auto",
-                   help="auto (default): invert dark-on-light images; MNIST digits are light on dark")
-    p.add_argument("--json", action="store_true", help="print JSON: the class, the probabilities and the top k")
-    p.add_argument("--top-k", type=_positive, default=3, metavar="K", help="classes listed by --json (default 3)")
-
-    p = add("summary", commands.cmd_summary, "print the outcome of a run: status, accuracy per evaluated step, "
-            "images/s, restarts, export, time to accuracy")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory or a model_dir, from any run")
-    p.add_argument("--json", action="store_true", help="print the same facts as JSON")
+    _add_model_and_kubernetes_commands(add)
 
     p = add("keys", commands.cmd_keys, "list every YAML key with its default")
     p.add_argument("--markdown", action="store_true", help="as the table of docs/configuration.md")

@@ -14,6 +14,8 @@ import sys
 
 from .errors import UsageError
 
+ERR_TRAIN_INPUT = ("train needs --cluster FILE (with --task TYPE:INDEX unless the file names a single trainer), or a "
+                   "TF_CONFIG environment variable (as Kubeflow's TFJob sets it)")
 PREPARE_LOG = "prepare-data.log"  # in data_dir: TensorFlow's and TFDS's output while preparing
 
 
@@ -44,29 +46,28 @@ def cmd_tf_config(args) -> int:
 
 
 def _config_and_task(args):
-    """(config, task, tf_config or None): from --cluster and --task, or from the TF_CONFIG environment variable."""
-    from .config import TaskId, apply_overrides, config_from_dict, read_yaml
-    from .topology import ERR_NO_TF_CONFIG, parse_task, parse_tf_config_env
+    """(config, task, tf_config or None, operator, notes): from --cluster and --task, from the TF_CONFIG
+    environment variable (the YAML supplies everything but the cluster), or a single-process job with neither."""
+    from .config import apply_overrides, config_from_dict, read_yaml
+    from .topology import parse_task
+    from .tf_config_env import from_tf_config, single_process
 
     if args.task is not None:
         if args.cluster is None:
             raise UsageError("train --task needs --cluster FILE, the YAML that defines the task")
         config = load(args)
-        return config, parse_task(args.task, config.cluster, args.cluster), None
-    env = os.environ.get("TF_CONFIG")
-    if not env:
-        raise UsageError(ERR_NO_TF_CONFIG)
-    # Kubeflow's TFJob (or the user) set TF_CONFIG: it defines the cluster; the
-    # YAML, if given, supplies everything else.
-    tf_config = parse_tf_config_env(env)
+        return config, parse_task(args.task, config.cluster, args.cluster), None, False, ()
     data = apply_overrides(read_yaml(args.cluster) if args.cluster else {}, args.overrides or ())
-    cluster = dict(tf_config["cluster"])
-    if tf_config["task"]["type"] == "evaluator":
-        cluster["evaluator"] = "localhost"  # its host is never used by the evaluator itself
-    data["cluster"] = cluster
     data.update({k: v for k, v in path_flags(args).items() if v is not None})
-    task = TaskId(tf_config["task"]["type"], int(tf_config["task"].get("index", 0)))
-    return config_from_dict(data, args.cluster or "TF_CONFIG"), task, tf_config
+    label = args.cluster or "TF_CONFIG"
+    env = os.environ.get("TF_CONFIG")
+    if env:
+        data, task, tf_config, operator, note = from_tf_config(data, env)
+    elif args.cluster is None:
+        raise UsageError(ERR_TRAIN_INPUT)
+    else:
+        (data, task, note), tf_config, operator = single_process(data, args.cluster), None, False
+    return config_from_dict(data, label), task, tf_config, operator, (note,) if note else ()
 
 
 def cmd_train(args) -> int:
@@ -74,8 +75,10 @@ def cmd_train(args) -> int:
     from .hosts import all_on_loopback
     from .task_plan import apply_to_this_process, plan_task
 
-    config, task, tf_config = _config_and_task(args)
-    plan = plan_task(config, task, tf_config)
+    config, task, tf_config, operator, notes = _config_and_task(args)
+    for note in notes if args.ready_fd is None else ():  # the parent says it; its child reads the same input
+        print(f"estimator-mnist: {note}", file=sys.stderr, flush=True)
+    plan = plan_task(config, task, tf_config, gpus_from_pod=operator)
     given_tf_config = os.environ.get("TF_CONFIG")  # the child reads the same input as this process did
     priority = apply_to_this_process(plan)  # before TensorFlow is imported: env, umask, CPU priority
     if args.ready_fd is not None:
@@ -155,6 +158,25 @@ def cmd_summary(args) -> int:
     from .run_summary import print_summary
 
     return print_summary(args.run_dir, args.json, sys.stdout)
+
+
+def cmd_tfjob(args) -> int:
+    from pathlib import Path
+
+    from .tfjob import manifest
+
+    config = load(args)
+    text = Path(args.cluster).read_text(encoding="utf-8")
+    if args.overrides:
+        import yaml
+
+        from .config import apply_overrides, read_yaml
+
+        text = (f"# {args.cluster} with {' '.join('--set ' + o for o in args.overrides)}\n"
+                + yaml.safe_dump(apply_overrides(read_yaml(args.cluster), args.overrides), sort_keys=False))
+    name = args.name or Path(args.cluster).stem.lower().replace("_", "-")
+    print(manifest(config, text, args.cluster, args.image, args.volume_claim, name, args.namespace), end="")
+    return 0
 
 
 def cmd_keys(args) -> int:

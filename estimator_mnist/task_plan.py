@@ -46,6 +46,7 @@ class TaskPlan:
     sync_replicas: Optional[Tuple[int, int]]  # (replicas_to_aggregate, total) for parameter_server_sync
     operation_timeout_ms: int           # 0: no limit
     waits_for_evaluation: bool          # the checkpointing task of a cluster with an evaluator exits after its result
+    gpus_from_pod: bool = False         # in a Kubernetes pod: `gpus` counts the pod's GPUs, no CUDA_VISIBLE_DEVICES mask
 
     @property
     def is_chief(self) -> bool:
@@ -85,23 +86,29 @@ def _logical_cpus(config: Config, task: TaskId) -> int:
     return max(cpu_indices, default=0) + 1
 
 
-def _environment(config: Config, settings: TaskSettings, environ: Mapping[str, str]) -> Tuple[Tuple[str, str], ...]:
+def _environment(config: Config, settings: TaskSettings, environ: Mapping[str, str],
+                 gpus_from_pod: bool = False) -> Tuple[Tuple[str, str], ...]:
     env = {"PYTHONUNBUFFERED": "1"}
     if config.session.log_device_placement:
         env["TF_CPP_MIN_LOG_LEVEL"] = "0"  # the placement lines are INFO-level C++ logs
     else:
         # C++ INFO lines (oneDNN notices, CPU feature banners) drown the useful ones.
         env["TF_CPP_MIN_LOG_LEVEL"] = environ.get("TF_CPP_MIN_LOG_LEVEL", "1")
-    if settings.gpus is not None:
-        # "-1" rather than "": an invalid index hides every GPU after it on
+    if settings.gpus is not None and not gpus_from_pod:
+        # In a pod the device plugin hands over the pod's GPUs renumbered from 0: a mask of the host's
+        # indices would hide them. Elsewhere "-1" rather than "": an invalid index hides every GPU after it on
         # every CUDA version, while an empty value has been read as "unset".
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, settings.gpus)) if settings.gpus else "-1"
     return tuple(sorted(env.items()))
 
 
 def plan_task(config: Config, task: TaskId, tf_config: Optional[dict] = None, *, cores: Optional[int] = None,
-              cpu_bfloat16: Optional[bool] = None, environ: Optional[Mapping[str, str]] = None) -> TaskPlan:
-    """The plan of `task`; `tf_config` defaults to the one the YAML cluster gives it."""
+              cpu_bfloat16: Optional[bool] = None, environ: Optional[Mapping[str, str]] = None,
+              gpus_from_pod: bool = False) -> TaskPlan:
+    """The plan of `task`; `tf_config` defaults to the one the YAML cluster gives it.
+
+    `gpus_from_pod`: the task runs under Kubeflow's operator (TF_CONFIG's
+    "environment": "cloud"), where `gpus` only counts the pod's GPUs."""
     settings = config.task_settings(task)
     cores = cpu.available_cores() if cores is None else cores
     cpu_bfloat16 = cpu.cpu_has_bfloat16() if cpu_bfloat16 is None else cpu_bfloat16
@@ -117,7 +124,7 @@ def plan_task(config: Config, task: TaskId, tf_config: Optional[dict] = None, *,
         timeout = PS_OPERATION_TIMEOUT_MS if config.strategy.name in PS_STRATEGIES else 0
     return TaskPlan(
         task=task, chief=config.cluster.chief_task, settings=settings,
-        env=_environment(config, settings, os.environ if environ is None else environ),
+        env=_environment(config, settings, os.environ if environ is None else environ, gpus_from_pod),
         tf_config=None if in_graph else (tf_config or build_tf_config(config.cluster, task)),
         intra_op_threads=intra, inter_op_threads=inter, umask=PRIVATE_UMASK,
         nice=config.evaluation.nice if task.is_evaluator else None,
@@ -127,7 +134,8 @@ def plan_task(config: Config, task: TaskId, tf_config: Optional[dict] = None, *,
         sync_replicas=((config.strategy.replicas_to_aggregate or total), total)
         if config.strategy.name == "parameter_server_sync" else None,
         operation_timeout_ms=timeout,
-        waits_for_evaluation=task == config.cluster.chief_task and config.cluster.evaluator is not None)
+        waits_for_evaluation=task == config.cluster.chief_task and config.cluster.evaluator is not None,
+        gpus_from_pod=gpus_from_pod)
 
 
 def resolve_precision(plan: TaskPlan, gpu_capabilities: Sequence[Tuple[int, int]]) -> str:
@@ -171,6 +179,9 @@ def describe(plan: TaskPlan) -> str:
     """The applied plan, for the task's first log line."""
     env = " ".join(f"{k}={v!r}" for k, v in plan.env if k != "PYTHONUNBUFFERED")
     cuda = "" if any(k == "CUDA_VISIBLE_DEVICES" for k, _ in plan.env) else " CUDA_VISIBLE_DEVICES=(inherited)"
+    if plan.gpus_from_pod and plan.settings.gpus is not None:
+        cuda += (f" gpus={len(plan.settings.gpus)} (Kubernetes: the pod's own GPUs, numbered from 0 by the device "
+                 "plugin; no CUDA_VISIBLE_DEVICES mask)")
     return (f"{env}{cuda} intra_op_threads={plan.intra_op_threads} inter_op_threads={plan.inter_op_threads} "
             f"umask={plan.umask:03o} in_graph={plan.in_graph} evaluates_itself={plan.evaluates_itself} "
             f"operation_timeout_ms={plan.operation_timeout_ms or 'none'}")

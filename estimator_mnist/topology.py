@@ -1,24 +1,23 @@
 """Tasks and TF_CONFIG: naming a task, and building or parsing the TF_CONFIG of one task.
 
 Pure functions only: `build_tf_config` returns a dict and never touches
-os.environ; the task plan carries it to the process. No TensorFlow.
+os.environ; the task plan carries it to the process. A TF_CONFIG from the
+environment is read by tf_config_env.py. No TensorFlow.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import re
 from typing import Dict, List, Mapping
 
-from .config import ROLES, TRAINING_ROLES, ClusterConfig, TaskId
+from .config import TRAINING_ROLES, ClusterConfig, TaskId
 from .errors import UsageError
 
 ERR_TASK_FORMAT = "--task {got!r} is not TYPE:INDEX; use one of: {tasks}"
 ERR_NO_SUCH_TASK = "{file}: there is no task {task} in this cluster; use one of: {tasks}"
 ERR_TF_CONFIG_JSON = "TF_CONFIG is not valid JSON ({reason}); export it as printed by 'estimator-mnist tf-config', or pass --cluster FILE --task TYPE:INDEX"
 ERR_TF_CONFIG_SHAPE = "TF_CONFIG {problem}; it needs {{\"cluster\": {{...}}, \"task\": {{\"type\": ..., \"index\": ...}}}} as printed by 'estimator-mnist tf-config'"
-ERR_NO_TF_CONFIG = "train needs --cluster FILE --task TYPE:INDEX, or a TF_CONFIG environment variable (as Kubeflow's TFJob sets it)"
 
 _TASK = re.compile(r"^(?P<type>[a-z]+):(?P<index>\d+)$")
 
@@ -64,26 +63,3 @@ def estimator_tf_config(tf_config: Mapping) -> dict:
 def build_tf_config(cluster: ClusterConfig, task: TaskId) -> dict:
     """The TF_CONFIG dict for one task of the YAML cluster."""
     return estimator_tf_config({"cluster": _training_cluster(cluster), "task": {"type": task.type, "index": task.index}})
-
-
-def parse_tf_config_env(text: str) -> dict:
-    """Validates a TF_CONFIG string from the environment (e.g. set by Kubeflow's TFJob)."""
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(ERR_TF_CONFIG_JSON.format(reason=exc)) from None
-    if not isinstance(value, dict):
-        raise UsageError(ERR_TF_CONFIG_SHAPE.format(problem="is not a JSON object"))
-    task = value.get("task")
-    if not isinstance(task, dict) or task.get("type") not in ROLES + ("master",):
-        raise UsageError(ERR_TF_CONFIG_SHAPE.format(problem=f"has no valid task.type (one of {', '.join(ROLES)})"))
-    index = task.get("index", 0)
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise UsageError(ERR_TF_CONFIG_SHAPE.format(problem=f"has task.index {index!r}, not a whole number >= 0"))
-    clusters = value.get("cluster")
-    if not isinstance(clusters, dict) or not any(clusters.get(r) for r in ("chief", "worker", "master")):
-        raise UsageError(ERR_TF_CONFIG_SHAPE.format(problem="has no cluster with a chief or workers"))
-    role = task["type"]
-    if role != "evaluator" and index >= len(clusters.get(role) or []):
-        raise UsageError(ERR_TF_CONFIG_SHAPE.format(problem=f"names task {role}:{index}, which its cluster does not list"))
-    return estimator_tf_config(value)

@@ -77,8 +77,7 @@ class Console:
         if not self._due(now, PROGRESS_EVERY_SECS):
             return
         parts = [f"step {monitor.step}/{max_steps}"]
-        if monitor.images_per_sec:
-            parts.append(f"{monitor.images_per_sec:,.0f} images/s")
+        parts.append(f"{monitor.images_per_sec:,.0f} images/s" if monitor.images_per_sec else "images/s: measuring")
         if monitor.loss is not None:
             parts.append(f"loss {monitor.loss:.4f}")
         latest = monitor.latest_eval()

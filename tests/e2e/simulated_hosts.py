@@ -29,6 +29,27 @@ def can_make_namespaces() -> bool:
     return os.geteuid() == 0 and shutil.which("ip") is not None
 
 
+def require_namespaces() -> None:
+    """Skips a test that needs network namespaces where they cannot be made; in CI that is a failure."""
+    import pytest  # pylint: disable=import-outside-toplevel
+
+    if not can_make_namespaces():
+        if os.environ.get("CI"):
+            pytest.fail(SKIP_REASON)
+        pytest.skip(SKIP_REASON)
+
+
+def kill_groups(processes: List[subprocess.Popen]) -> None:
+    """SIGKILLs the process group of every process still running, and reaps it."""
+    for proc in processes:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=30)
+
+
 class SimulatedHosts:
     def __init__(self, tag: str):
         self.ns = {host: f"em{host}{tag}" for host in ADDRESSES}
@@ -67,12 +88,6 @@ class SimulatedHosts:
         return ended
 
     def close(self) -> None:
-        for proc in self.processes:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait(timeout=30)
+        kill_groups(self.processes)
         for ns in self.ns.values():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)  # deletes its veth too

@@ -5,7 +5,6 @@ code a cluster manager can act on: 200 (retryable) for a dead host or a
 link lost in the middle of training, after which a restart resumes.
 """
 
-import os
 import re
 import time
 import uuid
@@ -14,7 +13,7 @@ import pytest
 
 from estimator_mnist.checkpoints import final_evaluation, latest_step
 from estimator_mnist.progress import read_progress
-from tests.e2e.simulated_hosts import SKIP_REASON, SimulatedHosts, can_make_namespaces
+from tests.e2e.simulated_hosts import SimulatedHosts, require_namespaces
 
 TRAINING = """
 training: {{batch_size_per_replica: 32, max_steps: {steps}, save_checkpoints_steps: {save},
@@ -38,10 +37,7 @@ HOST_OF = {"chief:0": "a", "worker:0": "b", "ps:0": "b", "evaluator:0": "a"}
 
 @pytest.fixture
 def hosts():
-    if not can_make_namespaces():
-        if os.environ.get("CI"):
-            pytest.fail(SKIP_REASON)
-        pytest.skip(SKIP_REASON)
+    require_namespaces()
     simulated = SimulatedHosts(uuid.uuid4().hex[:6])
     yield simulated
     simulated.close()

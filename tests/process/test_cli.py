@@ -16,8 +16,8 @@ def one_error_line(result) -> str:
 
 def test_train_without_cluster_or_tf_config():
     assert one_error_line(run_cli("train")) == (
-        "estimator-mnist: error: train needs --cluster FILE --task TYPE:INDEX, or a TF_CONFIG environment variable "
-        "(as Kubeflow's TFJob sets it)")
+        "estimator-mnist: error: train needs --cluster FILE (with --task TYPE:INDEX unless the file names a single "
+        "trainer), or a TF_CONFIG environment variable (as Kubeflow's TFJob sets it)")
 
 
 def test_train_with_task_but_no_cluster():

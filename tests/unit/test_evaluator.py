@@ -5,7 +5,6 @@ import threading
 import time
 
 import numpy as np
-import tensorflow as tf
 
 from estimator_mnist import runner
 from estimator_mnist.checkpoints import read_eval_results

@@ -20,6 +20,7 @@ TF_FREE = ["estimator_mnist.errors", "estimator_mnist.config", "estimator_mnist.
            "estimator_mnist.netns", "estimator_mnist.netns_holder", "estimator_mnist.peers", "estimator_mnist.task_process",
            "estimator_mnist.data_prep", "estimator_mnist.mnist_files", "estimator_mnist.launch",
            "estimator_mnist.predict", "estimator_mnist.run_summary", "estimator_mnist.tf_noise",
+           "estimator_mnist.tf_config_env", "estimator_mnist.tfjob",
            "estimator_mnist.launch.processes", "estimator_mnist.launch.group", "estimator_mnist.launch.monitor",
            "estimator_mnist.launch.supervisor", "estimator_mnist.launch.restarts", "estimator_mnist.launch.report",
            "estimator_mnist.launch.launcher", "estimator_mnist.commands", "estimator_mnist.cli"]

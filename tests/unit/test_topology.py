@@ -11,7 +11,7 @@ from estimator_mnist import hosts as H
 from estimator_mnist.config import TaskId
 from estimator_mnist.config.cluster import parse_cluster
 from estimator_mnist.errors import UsageError
-from estimator_mnist.topology import build_tf_config, estimator_tf_config, parse_task, parse_tf_config_env
+from estimator_mnist.topology import build_tf_config, parse_task
 
 
 def make(cluster):
@@ -63,29 +63,6 @@ def test_builder_is_pure():
     with mock.patch.dict(os.environ, {}, clear=True):
         build_tf_config(FULL, TaskId("worker", 1))
         assert "TF_CONFIG" not in os.environ
-
-
-def test_kubeflow_style_tf_config_is_normalised():
-    kubeflow = {"cluster": {"worker": ["w0:2222", "w1:2222"], "evaluator": ["e0:2222"]},
-                "task": {"type": "evaluator", "index": 0}, "environment": "cloud"}
-    result = parse_tf_config_env(json.dumps(kubeflow))
-    assert result["cluster"] == {"chief": ["w0:2222"], "worker": ["w1:2222"]}
-    assert result["environment"] == "cloud"
-    worker = estimator_tf_config({**kubeflow, "task": {"type": "worker", "index": 1}})
-    assert worker["cluster"] == {"worker": ["w0:2222", "w1:2222"]}
-
-
-@pytest.mark.parametrize("text, pattern", [
-    ("{not json", r"TF_CONFIG is not valid JSON"),
-    ("[1, 2]", r"TF_CONFIG is not a JSON object"),
-    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "boss", "index": 0}}', r"has no valid task\.type"),
-    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": -1}}', r"task\.index -1"),
-    ('{"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": 0}}', r"no cluster with a chief or workers"),
-    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}}', r"names task worker:3, which its cluster does not list"),
-])
-def test_bad_tf_config_env(text, pattern):
-    with pytest.raises(UsageError, match=pattern):
-        parse_tf_config_env(text)
 
 
 @pytest.mark.parametrize("text, pattern", [
