@@ -38,6 +38,19 @@ def step_of(checkpoint_path: Optional[str]) -> Optional[int]:
     return int(match.group(1)) if match else None
 
 
+def exports_in(export_base: str) -> List[str]:
+    """The finished SavedModels under an export base directory, oldest first.
+
+    Only finished exports have a numeric name (a timestamp): export.py writes
+    each under a temporary name and renames it, as TensorFlow Serving expects.
+    """
+    if not os.path.isdir(export_base):
+        return []
+    stamps = sorted(int(name) for name in os.listdir(export_base)
+                    if name.isdigit() and os.path.isfile(os.path.join(export_base, name, "saved_model.pb")))
+    return [os.path.join(export_base, str(stamp)) for stamp in stamps]
+
+
 def latest_step(model_dir: str) -> Optional[int]:
     return step_of(latest_checkpoint(model_dir))
 

@@ -23,7 +23,7 @@ from typing import Callable, Dict
 
 import tensorflow as tf
 
-from . import digits
+from . import checkpoints, digits
 
 BYTES_SIGNATURE, IMAGES_SIGNATURE = "serving_default", "images"
 BYTES_INPUT, IMAGES_INPUT = "image_bytes", "images"
@@ -93,14 +93,6 @@ def export_checkpoint(model_config, checkpoint_path: str, export_base: str) -> s
     return write_saved_model(export_base, build, restore)
 
 
-def exports_in(export_base: str):
-    """The finished exports under a base directory, oldest first (the names are timestamps)."""
-    if not os.path.isdir(export_base):
-        return []
-    stamps = sorted(int(name) for name in os.listdir(export_base) if name.isdigit())
-    return [os.path.join(export_base, str(stamp)) for stamp in stamps]
-
-
 def keep_newest(export_base: str, count: int) -> None:
-    for old in exports_in(export_base)[:-count] if count > 0 else []:
+    for old in checkpoints.exports_in(export_base)[:-count] if count > 0 else []:
         shutil.rmtree(old, ignore_errors=True)

@@ -99,9 +99,8 @@ def model_fn(features, labels, mode, params, config=None):
             "probabilities": tf.nn.softmax(logits),
             "logits": logits,
         }
-        return tf.estimator.EstimatorSpec(
-            mode=mode, predictions=predictions,
-            export_outputs={"serving_default": tf.estimator.export.PredictOutput(predictions)})
+        # The SavedModel is written by export.py, with its own signatures, not from this spec.
+        return tf.estimator.EstimatorSpec(mode=mode, predictions=predictions)
 
     labels = tf.cast(labels, tf.int32)
     if mode == tf.estimator.ModeKeys.EVAL:

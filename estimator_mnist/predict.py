@@ -8,6 +8,7 @@ signature. inference.py runs the export.
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from . import checkpoints
 from .errors import UsageError
 from .mnist_files import parse_idx
 from .tf_noise import before_import
@@ -43,8 +45,9 @@ class Item:
         return 1 if self.encoded is not None else len(self.array)
 
 
-def _timestamped(base: Path) -> List[Path]:
-    return [d for d in base.glob("export/*/*") if d.name.isdigit() and (d / SAVED_MODEL_FILE).is_file()]
+def _exports_of(model_dir: Path) -> List[str]:
+    bases = sorted(model_dir.glob("export/*"))
+    return [export for base in bases for export in checkpoints.exports_in(str(base))]
 
 
 def find_export(path: str) -> str:
@@ -52,7 +55,7 @@ def find_export(path: str) -> str:
     base = Path(path)
     if (base / SAVED_MODEL_FILE).is_file():
         return str(base)
-    candidates = _timestamped(base) + _timestamped(base / "model")
+    candidates = _exports_of(base) + _exports_of(base / "model")
     summary = base / "run_summary.json"
     if summary.is_file():
         try:
@@ -60,10 +63,10 @@ def find_export(path: str) -> str:
         except (OSError, ValueError):
             model_dir = None
         if model_dir:
-            candidates += _timestamped(Path(model_dir))
+            candidates += _exports_of(Path(model_dir))
     if not candidates:
         raise UsageError(ERR_NO_EXPORT.format(path=path))
-    return str(max(candidates, key=lambda d: int(d.name)))
+    return max(candidates, key=lambda d: int(Path(d).name))
 
 
 def _as_digits(file: str, array: np.ndarray) -> np.ndarray:
@@ -90,7 +93,7 @@ def read_item(file: str) -> Item:
         raise UsageError(ERR_UNREADABLE.format(file=file, reason=exc.strerror or exc)) from None
     if file.endswith(".npy"):
         try:
-            array = np.load(file, allow_pickle=False)
+            array = np.load(io.BytesIO(raw), allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise UsageError(ERR_UNREADABLE.format(file=file, reason=f"not a NumPy .npy array: {exc}")) from None
         return Item(file, array=_as_digits(file, array))
