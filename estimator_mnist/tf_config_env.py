@@ -101,12 +101,12 @@ def single_process(data: dict, file: str) -> Tuple[dict, TaskId, Optional[str]]:
     """
     from .config.cluster import parse_cluster  # pylint: disable=import-outside-toplevel
 
-    cluster = data.get("cluster")
-    tasks = parse_cluster(file, cluster).tasks() if cluster is not None else []
+    cluster = parse_cluster(file, data["cluster"]) if data.get("cluster") is not None else None
+    tasks = cluster.tasks() if cluster is not None else []
     trainers = [t for t in tasks if t.is_trainer]
     if len(tasks) > 1 and not (len(trainers) == 1 and all(t.is_trainer or t.is_evaluator for t in tasks)):
         raise UsageError(ERR_NO_TASK.format(file=file, count=len(tasks), tasks=", ".join(str(t) for t in tasks)))
-    address = str(parse_cluster(file, cluster).address(trainers[0])) if trainers else "localhost:2222"
+    address = str(cluster.address(trainers[0])) if trainers else "localhost:2222"  # unused: no server in one process
     strategy = data.get("strategy")
     name = strategy.get("name") if isinstance(strategy, dict) else strategy
     note = None
