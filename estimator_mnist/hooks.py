@@ -88,28 +88,29 @@ class VariablePlacementHook(tf.compat.v1.train.SessionRunHook):
 
 
 class ThroughputSummaryHook(tf.compat.v1.train.SessionRunHook):
-    """Puts images/s into the training run TensorBoard shows for model_dir, as scalars at the global step.
+    """The chief's: images/s in the training run TensorBoard shows for model_dir, as scalars at the global step.
 
-    Every trainer writes its own rate as `images_per_sec/<type>_<index>`;
-    the chief also writes the global rate as `images_per_sec`, from the
-    global step's advance (`examples_per_global_step` images each). Each
-    task writes its own events file (suffix .<type>_<index>) in model_dir
-    itself, so TensorBoard merges them into the one training run; Estimator's
-    events cannot hold them, as its non-chief workers write theirs elsewhere.
+    `images_per_sec` is the global rate, from the global step's advance
+    (`examples_per_global_step` images each); `images_per_sec/<type>_<index>`
+    is each trainer's own rate: the chief's measured here, the others' from
+    their progress records (`other_rates()`, fresh ones only). All of it goes
+    through Estimator's own writer for model_dir, into the one events file:
+    with an events file per task, TensorBoard's reader dropped the points of
+    a file it read before the chief's, whose session-start event purges
+    every point at or past its step (seen when the files' timestamps differed).
     """
 
     def __init__(self, model_dir: str, task: TaskId, examples_per_local_step: int, examples_per_global_step: int,
-                 every_steps: int, is_chief: bool, clock=time.time):
+                 every_steps: int, other_rates=lambda: {}, clock=time.time):
         self._model_dir, self._task, self._every = model_dir, task, max(1, every_steps)
         self._per_local, self._per_global = examples_per_local_step, examples_per_global_step
-        self._is_chief, self._clock = is_chief, clock
+        self._other_rates, self._clock = other_rates, clock
         self._writer = None
         self._mark = None  # (local step, global step, time) at the start of the interval
 
     def begin(self):
         self._global_step = tf.compat.v1.train.get_global_step()
-        self._writer = tf.compat.v1.summary.FileWriter(
-            self._model_dir, filename_suffix=f".{self._task.type}_{self._task.index}")
+        self._writer = tf.compat.v1.summary.FileWriterCache.get(self._model_dir)
         self._local = 0
 
     def before_run(self, run_context):
@@ -127,15 +128,16 @@ class ThroughputSummaryHook(tf.compat.v1.train.SessionRunHook):
         local0, global0, then = self._mark
         if now <= then or self._local <= local0:
             return
-        values = [tf.compat.v1.Summary.Value(tag=f"images_per_sec/{self._task.type}_{self._task.index}",
-                                             simple_value=(self._local - local0) * self._per_local / (now - then))]
-        if self._is_chief:
-            values.append(tf.compat.v1.Summary.Value(
-                tag="images_per_sec", simple_value=(self._last_global - global0) * self._per_global / (now - then)))
+        rates = {"images_per_sec": (self._last_global - global0) * self._per_global / (now - then),
+                 f"images_per_sec/{self._task.type}_{self._task.index}":
+                     (self._local - local0) * self._per_local / (now - then)}
+        rates.update({f"images_per_sec/{name.replace(':', '_')}": rate for name, rate in self._other_rates().items()
+                      if name != str(self._task)})
+        values = [tf.compat.v1.Summary.Value(tag=tag, simple_value=rate) for tag, rate in rates.items()]
         self._writer.add_summary(tf.compat.v1.Summary(value=values), self._last_global)
         self._mark = (self._local, self._last_global, now)
 
     def end(self, session):
         if self._mark is not None:
             self._write(self._clock())  # the last stretch, so that a short run has its points too
-        self._writer.close()
+        self._writer.flush()

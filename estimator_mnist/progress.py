@@ -29,6 +29,7 @@ from .files import read_json, write_json_atomic
 PROGRESS_DIR = "progress"
 WRITE_EVERY_SECS = 2.0
 STEP_TIMES_EVERY = 10
+FRESH_SECS = 10.0  # a record's rate says how fast its task runs while it is this recent
 
 
 def progress_path(run_dir: str, task) -> Path:
@@ -100,3 +101,18 @@ def read_progress(run_dir: str) -> Dict[str, dict]:
         if record and "task" in record:
             records[record["task"]] = record
     return records
+
+
+
+def fresh_rate(record: dict, now: float) -> Optional[float]:
+    """A record's examples/s while it is recent (FRESH_SECS): an older one no longer says how fast the task runs."""
+    if record.get("examples_per_sec") and record.get("time") and now - record["time"] <= FRESH_SECS:
+        return record["examples_per_sec"]
+    return None
+
+
+def fresh_rates(run_dir: str, now: Optional[float] = None) -> Dict[str, float]:
+    """Each trainer's current examples/s, from its recent record."""
+    now = time.time() if now is None else now
+    rates = {name: fresh_rate(record, now) for name, record in read_progress(run_dir).items()}
+    return {name: rate for name, rate in rates.items() if rate}

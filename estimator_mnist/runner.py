@@ -22,7 +22,7 @@ from .hooks import ProgressHook, ReadyHook, ThroughputSummaryHook, VariablePlace
 from .model import model_fn
 from .peers import cause_of, missing_peers, named_in, peers_of
 from .preemption import Preemption, PreemptionHook
-from .progress import ProgressWriter, progress_path
+from .progress import ProgressWriter, fresh_rates, progress_path
 from .roles import DoneSignalHook, run_evaluator, run_ps, run_trainer
 from .strategy import build_train_strategy, configure_devices, gpu_capabilities, session_config
 from .task_plan import TaskPlan, describe, resolve_precision
@@ -137,9 +137,11 @@ def training_hooks(config: Config, plan: TaskPlan, strategy=None, ready_fd=None,
                                   wait_for_final_evaluation=plan.evaluates_itself or plan.waits_for_evaluation,
                                   final_timeout_secs=config.evaluation.final_timeout_secs,
                                   before_exit=lambda: _before_teardown_exit(config, plan, progress))]
-    hooks.append(ThroughputSummaryHook(config.model_dir, plan.task, examples,
-                                       examples_per_global_step(config, plan, strategy),
-                                       config.training.log_step_count_steps, plan.is_chief))
+    if plan.is_chief:
+        hooks.append(ThroughputSummaryHook(config.model_dir, plan.task, examples,
+                                           examples_per_global_step(config, plan, strategy),
+                                           config.training.log_step_count_steps,
+                                           lambda: fresh_rates(config.run_dir) if config.run_dir else {}))
     if config.session.log_device_placement:
         hooks.append(VariablePlacementHook())
     if config.strategy.name in PS_STRATEGIES:

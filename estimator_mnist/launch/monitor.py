@@ -13,9 +13,8 @@ from typing import Dict, List, Optional
 
 from .. import checkpoints
 from ..config import Config, TaskId
-from ..progress import read_progress
+from ..progress import fresh_rate, read_progress
 
-FRESH_SECS = 10.0  # a trainer's rate counts towards images/s while its record is this recent
 RATE_WINDOW_SECS = 30.0  # global steps per second over this window give the time left
 
 
@@ -74,8 +73,7 @@ class Monitor:
             self._steps_seen.append((now, self.step))
         while self._steps_seen and now - self._steps_seen[0][0] > RATE_WINDOW_SECS:
             self._steps_seen.popleft()
-        rates = [r["examples_per_sec"] for r in records.values()
-                 if r.get("examples_per_sec") and now - r["time"] <= FRESH_SECS]
+        rates = [rate for rate in (fresh_rate(r, now) for r in records.values()) if rate]
         self.images_per_sec = sum(rates) if rates else None
         evaluations = checkpoints.read_eval_results(self._config.model_dir)
         new = evaluations[len(self.evaluations):]

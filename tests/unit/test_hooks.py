@@ -1,14 +1,16 @@
 """Training hooks: the progress record a real Estimator run writes, and the teardown watchdog."""
 
+import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from estimator_mnist import runner
 from estimator_mnist.config import TaskId, config_from_dict
-from estimator_mnist.progress import read_progress
+from estimator_mnist.progress import progress_path, read_progress
 from estimator_mnist.task_plan import plan_task
 from estimator_mnist.tf_workarounds import TeardownWatchdogHook
 from tests.unit.fakes import dataset_of, fake_mnist
@@ -29,6 +31,10 @@ def test_a_training_run_writes_its_progress_record_and_images_per_sec_for_tensor
     assert len(hooks) == 2
     train_spec, _ = runner.train_and_eval_specs(config, make_dataset=lambda split: dataset_of(images, labels),
                                                 hooks=hooks)
+    # Another trainer's record, as a worker of the same run writes it: the chief puts its rate in TensorBoard.
+    other = progress_path(config.run_dir, TaskId("worker", 0))
+    other.parent.mkdir(parents=True)
+    other.write_text(json.dumps({"task": "worker:0", "examples_per_sec": 123.0, "time": time.time() + 60}))
     estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
     record = read_progress(config.run_dir)["chief:0"]
     assert record["done"] is True and record["local_step"] == 12 and record["global_step"] == 12
@@ -37,12 +43,15 @@ def test_a_training_run_writes_its_progress_record_and_images_per_sec_for_tensor
     assert record["first_step_time"] <= record["time"]
     assert record["examples_per_step"] == 8
 
-    # TensorBoard's own reader sees this task's rate and the global one in the training run, every 4 steps after the first and at the end (labelled with the global step the step began at).
+    # TensorBoard's own reader sees the global rate and each trainer's in the training run, in Estimator's one
+    # events file, every 4 steps after the first and at the end (labelled with the global step the step began at).
+    assert len(list(Path(config.model_dir).glob("events.out.tfevents.*"))) == 1
     events = EventAccumulator(config.model_dir)
     events.Reload()
-    for tag in ("images_per_sec", "images_per_sec/chief_0"):
+    for tag in ("images_per_sec", "images_per_sec/chief_0", "images_per_sec/worker_0"):
         points = events.Scalars(tag)
         assert [p.step for p in points] == [4, 8, 11] and all(p.value > 0 for p in points)
+    assert {p.value for p in events.Scalars("images_per_sec/worker_0")} == {123.0}
     assert {"loss", "learning_rate", "train_accuracy"} <= set(events.Tags()["scalars"])
 
 
