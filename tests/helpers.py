@@ -18,6 +18,19 @@ REPO = Path(__file__).resolve().parent.parent
 _STARTED_LAUNCHES = []
 
 
+# Two localhost workers with MultiWorkerMirrored and an evaluator: the e2e tests' usual real cluster.
+CLUSTER_YAML = """
+cluster:
+  worker: ["localhost:{p0}", "localhost:{p1}"]
+  evaluator: localhost
+strategy: {{name: multi_worker_mirrored, communication: ring, collective_timeout_secs: 300}}
+training: {{batch_size_per_replica: 64, max_steps: {steps}, save_checkpoints_steps: {save}, log_step_count_steps: 10}}
+evaluation: {{throttle_secs: 0, start_delay_secs: 0}}
+launcher: {{grace_secs: 5, stall_timeout_secs: 300}}
+run_dir: {run_dir}
+data_dir: {data_dir}
+"""
+
 def run_cli(*args, env=None, timeout=120) -> subprocess.CompletedProcess:
     """`python -m estimator_mnist ARGS` in a fresh process, without any TF_CONFIG of ours."""
     full_env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}

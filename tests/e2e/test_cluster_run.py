@@ -11,19 +11,8 @@ import pytest
 
 import psutil
 
-from tests.helpers import REPO, descendants, pids_alive, start_launch, write_cluster
+from tests.helpers import CLUSTER_YAML, REPO, descendants, pids_alive, start_launch, write_cluster
 
-CLUSTER_YAML = """
-cluster:
-  worker: ["localhost:{p0}", "localhost:{p1}"]
-  evaluator: localhost
-strategy: {{name: multi_worker_mirrored, communication: ring, collective_timeout_secs: 300}}
-training: {{batch_size_per_replica: 64, max_steps: {steps}, save_checkpoints_steps: {save}, log_step_count_steps: 10}}
-evaluation: {{throttle_secs: 0, start_delay_secs: 0}}
-launcher: {{grace_secs: 5, stall_timeout_secs: 300}}
-run_dir: {run_dir}
-data_dir: {data_dir}
-"""
 
 
 def task_pid(launcher_pid: int, task: str, tensorflow: bool = False):

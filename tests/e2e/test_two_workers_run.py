@@ -12,19 +12,8 @@ import numpy as np
 import pytest
 
 from estimator_mnist.progress import read_progress
-from tests.helpers import REPO, launch_cluster, pids_alive
+from tests.helpers import CLUSTER_YAML, REPO, launch_cluster, pids_alive
 
-CLUSTER_YAML = """
-cluster:
-  worker: ["localhost:{p0}", "localhost:{p1}"]
-  evaluator: localhost
-strategy: {{name: multi_worker_mirrored, communication: ring, collective_timeout_secs: 300}}
-training: {{batch_size_per_replica: 64, max_steps: {steps}, save_checkpoints_steps: {save}, log_step_count_steps: 10}}
-evaluation: {{throttle_secs: 0, start_delay_secs: 0}}
-launcher: {{grace_secs: 5, stall_timeout_secs: 300}}
-run_dir: {run_dir}
-data_dir: {data_dir}
-"""
 NOISE = re.compile(r"cuDNN|cuFFT|cuBLAS|TensorRT|oneDNN|cuda|cpu_feature_guard|tensorflow/core|google_auth")
 DIGITS = 200
 
