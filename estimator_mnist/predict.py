@@ -18,6 +18,7 @@ import numpy as np
 
 from . import checkpoints
 from .errors import UsageError
+from .files import read_json
 from .mnist_files import parse_idx
 from .tf_noise import before_import
 
@@ -56,14 +57,9 @@ def find_export(path: str) -> str:
     if (base / SAVED_MODEL_FILE).is_file():
         return str(base)
     candidates = _exports_of(base) + _exports_of(base / "model")
-    summary = base / "run_summary.json"
-    if summary.is_file():
-        try:
-            model_dir = json.loads(summary.read_text(encoding="utf-8")).get("model_dir")
-        except (OSError, ValueError):
-            model_dir = None
-        if model_dir:
-            candidates += _exports_of(Path(model_dir))
+    model_dir = (read_json(base / "run_summary.json") or {}).get("model_dir")
+    if model_dir:
+        candidates += _exports_of(Path(model_dir))
     if not candidates:
         raise UsageError(ERR_NO_EXPORT.format(path=path))
     return max(candidates, key=lambda d: int(Path(d).name))

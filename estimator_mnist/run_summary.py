@@ -15,6 +15,7 @@ from typing import Dict, List, Optional
 
 from . import checkpoints
 from .errors import UsageError
+from .files import read_json
 from .progress import PROGRESS_DIR, read_progress
 from .tf_noise import before_import
 
@@ -30,12 +31,7 @@ def _is_model_dir(path: Path) -> bool:
 def locate(path: str):
     """(launcher summary or {}, model_dir, run_dir or None) for a run directory or a model_dir."""
     base = Path(path)
-    launched = {}
-    if (base / "run_summary.json").is_file():
-        try:
-            launched = json.loads((base / "run_summary.json").read_text(encoding="utf-8"))
-        except ValueError:
-            launched = {}
+    launched = read_json(base / "run_summary.json") or {}
     candidates = [Path(launched["model_dir"])] if launched.get("model_dir") else []
     model_dir = next((d for d in candidates + [base, base / "model"] if _is_model_dir(d)), None)
     if model_dir is None:
