@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from . import commands
+from .sweep.stopping import RULES as STOP_RULES
 from .errors import INTERRUPTED_EXIT_CODE, USAGE_EXIT_CODE, UsageError
 
 SUPPORTED_PYTHON = ((3, 9), (3, 11))
@@ -72,6 +73,35 @@ def _add_model_and_kubernetes_commands(add) -> None:
                    help="override one key of the YAML, as for launch")
 
 
+def _add_sweep_commands(add) -> None:
+    """sweep and ensemble: one network per device, then the best of them as one model."""
+    p = add("sweep", commands.cmd_sweep, "hyperparameter trials in parallel, one per device (a GPU, or a set of CPU "
+            "cores), with early stopping; results in sweep.json, sweep.csv and best.yaml")
+    p.add_argument("--cluster", required=True, metavar="BASE.yaml", help="the base settings of every trial")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="a key to sweep and its values (a list, or uniform:A:B, loguniform:A:B, int:A:B with "
+                        "--samples); repeatable; e.g. --param model.learning_rate=0.001,0.003")
+    p.add_argument("--samples", type=_positive, metavar="N", help="N random combinations instead of the full grid")
+    p.add_argument("--seed", type=int, default=0, help="the seed of --samples (default 0)")
+    p.add_argument("--parallel", type=_positive, metavar="P", help="trials at a time (default: one per device)")
+    p.add_argument("--cores-per-trial", type=_positive, metavar="C",
+                   help="CPU cores each trial is pinned to (default 1; the same whatever --parallel)")
+    p.add_argument("--devices", metavar="LIST", help="gpu:0,gpu:1 or cpu:0-1,cpu:2-3 (default: every GPU, else "
+                                                     "the cores in sets of --cores-per-trial)")
+    p.add_argument("--early-stop", choices=STOP_RULES, default="none",
+                   help="median: stop a trial below the median of the others at the same step")
+    p.add_argument("--sweep-dir", metavar="DIR", help="where the trials and results go (default runs/sweep-<name>); "
+                                                      "the same command resumes the sweep there")
+
+    p = add("ensemble", commands.cmd_ensemble, "one SavedModel averaging the K best trials of a sweep, each network "
+            "on its own device (in-graph replication); scored on the whole test set")
+    p.add_argument("--sweep-dir", required=True, metavar="DIR")
+    p.add_argument("--top", type=_positive, default=3, metavar="K", help="members: the K best finished trials "
+                                                                       "(default 3)")
+    p.add_argument("--devices", metavar="LIST", help="a device per member, e.g. gpu:0,gpu:1,gpu:2 or cpu:0,cpu:1 "
+                                                     "(default: a GPU each while there are GPUs, else the CPU)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="estimator-mnist",
@@ -110,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     _paths(p)
 
     _add_model_and_kubernetes_commands(add)
+    _add_sweep_commands(add)
 
     p = add("keys", commands.cmd_keys, "list every YAML key with its default")
     p.add_argument("--markdown", action="store_true", help="as the table of docs/configuration.md")

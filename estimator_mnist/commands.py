@@ -184,3 +184,24 @@ def cmd_keys(args) -> int:
 
     print(configuration_markdown() if args.markdown else describe_keys(), end="\n" if not args.markdown else "")
     return 0
+
+
+def cmd_sweep(args) -> int:
+    from .sweep import build_plan, run_sweep
+
+    plan = build_plan(args.cluster, args.param, samples=args.samples, seed=args.seed, parallel=args.parallel,
+                      cores_per_trial=args.cores_per_trial, devices_text=args.devices, early_stop=args.early_stop,
+                      sweep_dir=args.sweep_dir)
+    return run_sweep(plan)
+
+
+def cmd_ensemble(args) -> int:
+    from .ensemble_plan import plan_ensemble
+
+    from .tf_noise import before_import
+
+    plan = plan_ensemble(args.sweep_dir, args.top, args.devices)  # every refusal before TensorFlow loads
+    before_import()  # TensorFlow's start-up notices say nothing about the ensemble (tf_noise.py)
+    from .ensemble import build_and_export
+
+    return build_and_export(plan, sys.stdout)

@@ -57,22 +57,25 @@ def _new_export_dir(export_base: str) -> str:
     return os.path.join(export_base, str(stamp))
 
 
-def write_saved_model(export_base: str, build: Callable[[], dict], restore: Callable[[tf.compat.v1.Session], None]) -> str:
+def write_saved_model(export_base: str, build: Callable[[], dict], restore: Callable[[tf.compat.v1.Session], None],
+                      session_config=None, clear_devices: bool = False) -> str:
     """Builds the graph (`build()` returns the signatures), restores its variables, writes <export_base>/<timestamp>.
 
     Written under a temporary name and renamed, so that Serving, which polls
-    the base directory, never loads a half-written export.
+    the base directory, never loads a half-written export. `clear_devices`
+    leaves the graph's device placements out of the export, so that it loads
+    on a machine without those devices.
     """
     export_dir = _new_export_dir(export_base)
     temporary = os.path.join(export_base, f"temp-{os.path.basename(export_dir)}")
     shutil.rmtree(temporary, ignore_errors=True)
     with tf.Graph().as_default() as graph:
         signatures = build()
-        with tf.compat.v1.Session(graph=graph) as session:
+        with tf.compat.v1.Session(graph=graph, config=session_config) as session:
             restore(session)
             builder = tf.compat.v1.saved_model.Builder(temporary)
             builder.add_meta_graph_and_variables(session, [tf.saved_model.SERVING], signature_def_map=signatures,
-                                                 strip_default_attrs=True)
+                                                 strip_default_attrs=True, clear_devices=clear_devices)
             builder.save()
     os.rename(temporary, export_dir)
     return export_dir

@@ -23,8 +23,9 @@ from .mnist_files import parse_idx
 from .tf_noise import before_import
 
 SAVED_MODEL_FILE = "saved_model.pb"
-ERR_NO_EXPORT = ("{path}: no SavedModel there: give an export directory (it holds saved_model.pb), a model_dir "
-                 "(its newest export under export/*/ is taken) or a run directory with one; a run exports after "
+ERR_NO_EXPORT = ("{path}: no SavedModel there: give an export directory (it holds saved_model.pb), a directory of "
+                 "exports (a sweep's ensemble/), a model_dir (its newest export under export/*/ is taken) or a run "
+                 "directory with one; a run exports after "
                  "its first evaluation")
 ERR_ARRAY_SHAPE = "{file}: an array of shape {shape}; predict takes [28,28], [N,28,28] or [N,28,28,1] digits"
 ERR_ARRAY_DTYPE = "{file}: an array of {dtype}; predict takes uint8 (0-255) or floats in [0, 1]"
@@ -52,11 +53,12 @@ def _exports_of(model_dir: Path) -> List[str]:
 
 
 def find_export(path: str) -> str:
-    """An export directory itself, else the newest export of a model_dir, or of a run directory's model_dir."""
+    """An export directory itself, else the newest export in an export base (an ensemble's), of a model_dir, or of
+    a run directory's model_dir."""
     base = Path(path)
     if (base / SAVED_MODEL_FILE).is_file():
         return str(base)
-    candidates = _exports_of(base) + _exports_of(base / "model")
+    candidates = checkpoints.exports_in(str(base)) + _exports_of(base) + _exports_of(base / "model")
     model_dir = (read_json(base / "run_summary.json") or {}).get("model_dir")
     if model_dir:
         candidates += _exports_of(Path(model_dir))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -82,3 +83,8 @@ def launch_cluster(tmp_path, template: str, port_count: int, attempts: int = 3, 
         summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
         return proc.returncode, out, summary
     pytest.fail(f"no free ports after {attempts} attempts: {out}")
+
+
+def error_pattern(template: str) -> str:
+    """A regex for an error template (the module's constant): each {field} matches anything."""
+    return ".*".join(re.escape(part) for part in re.split(r"\{\w+(?:!r)?(?::[^}]*)?\}", template))

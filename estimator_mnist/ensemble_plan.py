@@ -1,0 +1,90 @@
+"""What `estimator-mnist ensemble` builds, checked before TensorFlow loads: the members, their checkpoints and
+devices. No TensorFlow.
+
+Members are the K best finished trials of a sweep (sweep.json), each with
+the network its trial trained (from its trial.yaml) and its final
+checkpoint. Each member is placed on a device of its own while there are
+devices: a GPU each on a GPU machine, else the CPU, or the devices given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from . import checkpoints
+from .config import load_config
+from .errors import UsageError
+from .sweep import records
+from .sweep.devices import visible_gpus
+from .sweep.trials import TRIAL_FILE
+
+ENSEMBLE_DIR = "ensemble"  # <sweep_dir>/ensemble/<timestamp>: the export, as predict --model takes it
+ERR_DEVICE = ("--devices {text!r}: {item!r} is not a device; write gpu:0,gpu:1 (a GPU each) or cpu:0,cpu:1 "
+              "(logical CPU devices of this process)")
+ERR_GPU = ("--devices {text!r}: gpu:{index} is not visible (visible GPUs: {visible}); pick from those, or use cpu:0")
+ERR_TRIAL_GONE = ("{trial}: {missing} is missing; the sweep's record says it finished, but its files are gone; run "
+                  "the sweep again in a new --sweep-dir, or pick fewer members with --top")
+
+
+@dataclass(frozen=True)
+class Member:
+    trial: str
+    values: dict
+    network: str
+    checkpoint: str
+    device: str            # a TensorFlow device name: /device:GPU:0, /device:CPU:1
+    sweep_accuracy: float  # the trial's own final evaluation
+
+
+@dataclass(frozen=True)
+class EnsemblePlan:
+    sweep_dir: Path
+    members: Tuple[Member, ...]
+    data_dir: str
+    eval_batch_size: int
+    logical_cpus: int      # CPU devices the session creates (cpu:1 needs two)
+
+    @property
+    def export_base(self) -> Path:
+        return self.sweep_dir / ENSEMBLE_DIR
+
+
+def parse_devices(text: str, gpus: List[int]) -> List[str]:
+    names = []
+    for item in text.split(","):
+        kind, _, index = item.strip().partition(":")
+        if kind not in ("cpu", "gpu") or not index.isdigit():
+            raise UsageError(ERR_DEVICE.format(text=text, item=item))
+        if kind == "gpu" and int(index) >= len(gpus):
+            raise UsageError(ERR_GPU.format(text=text, index=index, visible=len(gpus) or "none"))
+        names.append(f"/device:{kind.upper()}:{int(index)}")
+    return names
+
+
+def plan_ensemble(sweep_dir: str, top: int, devices_text: Optional[str] = None,
+                  gpus: Optional[List[int]] = None) -> EnsemblePlan:
+    directory = Path(sweep_dir).resolve()
+    record = records.read_sweep(directory)
+    chosen = records.top_trials(record, directory, top)
+    gpus = visible_gpus() if gpus is None else gpus
+    if devices_text:
+        devices = parse_devices(devices_text, gpus)
+    else:
+        # TensorFlow numbers the GPUs it sees from 0.
+        devices = [f"/device:GPU:{i}" for i in range(len(gpus))] or ["/device:CPU:0"]
+    members, data_dir, eval_batch = [], None, 1000
+    for i, row in enumerate(chosen):
+        trial_file = directory / row["trial"] / TRIAL_FILE
+        if not trial_file.is_file():
+            raise UsageError(ERR_TRIAL_GONE.format(trial=row["trial"], missing=trial_file))
+        config = load_config(trial_file)
+        checkpoint = checkpoints.latest_checkpoint(config.model_dir)
+        if checkpoint is None:
+            raise UsageError(ERR_TRIAL_GONE.format(trial=row["trial"], missing=f"a checkpoint in {config.model_dir}"))
+        members.append(Member(row["trial"], row["values"], config.model.network, checkpoint,
+                              devices[i % len(devices)], row["accuracy"]))
+        data_dir, eval_batch = config.data_dir, config.evaluation.batch_size
+    cpu_indices = [int(d.rsplit(":", 1)[1]) for d in devices if "CPU" in d]
+    return EnsemblePlan(directory, tuple(members), data_dir, eval_batch, max(cpu_indices, default=0) + 1)

@@ -1,0 +1,127 @@
+"""What a sweep leaves behind: sweep.json (every trial, read back to resume), sweep.csv and best.yaml. No TensorFlow.
+
+sweep.json records the sweep's identity (the base YAML's settings, the
+parameters as given, --samples and --seed); a later run with the same
+identity resumes it, and a different sweep pointed at the same directory is
+refused, so that no trial's directory is ever reused for other values.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from ..errors import UsageError
+from ..files import read_json, write_json_atomic
+
+SWEEP_FILE, CSV_FILE, BEST_FILE = "sweep.json", "sweep.csv", "best.yaml"
+DONE_STATES = ("finished", "stopped")  # a re-run skips these; any other state is (re)started, from its checkpoints
+ERR_OTHER_SWEEP = ("{dir}: holds a different sweep (its {what} differ from this command's); give another "
+                   "--sweep-dir, or the same --cluster settings, --param, --samples and --seed to resume it")
+ERR_NOT_A_SWEEP = "{dir}: no {file} there; give the --sweep-dir of a sweep (estimator-mnist sweep)"
+ERR_TOP = ("--top {top}: the sweep in {dir} has {count} finished trial(s){which}; use --top {count} or less"
+           "{hint}")
+
+
+def identity(base_data: dict, param_texts, samples: Optional[int], seed: int) -> dict:
+    """What makes two sweeps the same sweep: JSON-normalised, so that it compares equal after a round trip."""
+    return json.loads(json.dumps({"base": base_data, "params": list(param_texts), "samples": samples, "seed": seed},
+                                 default=str))
+
+
+def trial_name(index: int) -> str:
+    return f"trial-{index:03d}"
+
+
+def load_or_start(sweep_dir: Path, ident: dict, trial_values: List[dict]) -> dict:
+    """The sweep's record: the one on disk (same identity), or a new one with every trial pending."""
+    existing = read_json(sweep_dir / SWEEP_FILE)
+    if existing is not None:
+        differ = [k for k in ("base", "params", "samples", "seed") if existing.get("identity", {}).get(k) != ident[k]]
+        if differ:
+            names = {"base": "base settings", "params": "--param", "samples": "--samples", "seed": "--seed"}
+            raise UsageError(ERR_OTHER_SWEEP.format(dir=sweep_dir, what=", ".join(names[k] for k in differ)))
+        return existing
+    trials = [{"trial": trial_name(i), "values": json.loads(json.dumps(values, default=str)), "state": "pending",
+               "attempts": 0} for i, values in enumerate(trial_values)]
+    return {"identity": ident, "trials": trials}
+
+
+def save(sweep_dir: Path, record: dict) -> None:
+    write_json_atomic(sweep_dir / SWEEP_FILE, record, indent=1)
+
+
+def read_sweep(sweep_dir) -> dict:
+    record = read_json(Path(sweep_dir) / SWEEP_FILE)
+    if record is None:
+        raise UsageError(ERR_NOT_A_SWEEP.format(dir=sweep_dir, file=SWEEP_FILE))
+    return record
+
+
+def best_trials(record: dict, count: Optional[int] = None) -> List[dict]:
+    """Finished trials, highest final accuracy first (the earlier trial on a tie)."""
+    done = [t for t in record["trials"] if t["state"] == "finished" and t.get("accuracy") is not None]
+    ranked = sorted(done, key=lambda t: -t["accuracy"])
+    return ranked if count is None else ranked[:count]
+
+
+def top_trials(record: dict, sweep_dir, top: int) -> List[dict]:
+    """The `top` best finished trials, or a one-line UsageError when there are fewer."""
+    ranked = best_trials(record)
+    if top > len(ranked):
+        others = [t for t in record["trials"] if t["state"] != "finished"]
+        states = sorted({t["state"] for t in others})
+        which = f" (and {len(others)} {'/'.join(states)})" if others else ""
+        hint = "; finish the sweep first (run the same sweep command again)" if others else ""
+        raise UsageError(ERR_TOP.format(top=top, dir=sweep_dir, count=len(ranked), which=which, hint=hint))
+    return ranked[:top]
+
+
+def csv_text(record: dict, thresholds) -> str:
+    keys = list(dict.fromkeys(k for t in record["trials"] for k in t["values"]))
+    columns = ["trial", "state", *keys, "accuracy", "global_step", *[f"seconds_to_{t:g}" for t in thresholds],
+               "images_per_sec", "device", "reason", "log"]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for t in record["trials"]:
+        reached = t.get("seconds_to") or {}
+        writer.writerow([t["trial"], t["state"], *[json.dumps(t["values"].get(k)) for k in keys],
+                         t.get("accuracy"), t.get("global_step"), *[reached.get(f"{x:g}") for x in thresholds],
+                         t.get("images_per_sec"), t.get("device"), t.get("reason"), t.get("log")])
+    return out.getvalue()
+
+
+def best_yaml(base_data: dict, base_file: str, best: dict, sweep_dir, batch: int) -> str:
+    """The base YAML with the best trial's values, its cluster kept, and a comment on what one process tuned."""
+    import yaml  # Imported here so `--help` stays instant.
+
+    from ..config import apply_overrides
+
+    data = apply_overrides(base_data, [f"{k}={json.dumps(v)}" for k, v in best["values"].items()])
+    values = " ".join(f"{k}={json.dumps(v)}" for k, v in best["values"].items())
+    header = [f"# {base_file} with the best values of the sweep in {sweep_dir}:",
+              f"#   {best['trial']}: {values} (final accuracy {best['accuracy']:.4f})",
+              "# These values were tuned in ONE process (one trainer, global batch "
+              f"{batch}). With more trainers the global batch grows",
+              "# with them (batch_size_per_replica x trainers): a learning rate tuned here may need scaling.",
+              ""]
+    return "\n".join(header) + yaml.safe_dump(data, sort_keys=False)
+
+
+def write_results(sweep_dir: Path, record: dict, thresholds, base_data: dict, base_file: str,
+                  batch_of: Dict[str, int]) -> Optional[Path]:
+    """sweep.csv, and best.yaml when a trial finished; returns best.yaml's path or None."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    (sweep_dir / CSV_FILE).write_text(csv_text(record, thresholds), encoding="utf-8")
+    ranked = best_trials(record, 1)
+    if not ranked:
+        return None
+    record["best"] = ranked[0]["trial"]
+    path = sweep_dir / BEST_FILE
+    path.write_text(best_yaml(base_data, base_file, ranked[0], sweep_dir, batch_of[ranked[0]["trial"]]),
+                    encoding="utf-8")
+    return path

@@ -1,0 +1,62 @@
+"""The sweep's console: a live table of the trials on a terminal, one line per event elsewhere. No TensorFlow."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Dict, List
+
+UP_AND_CLEAR = "\x1b[{n}F\x1b[J"  # cursor up n lines to their start, clear to the end of the screen
+TABLE_EVERY_SECS = 2.0
+
+
+def _fmt(value, pattern: str = "{}") -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def rows_text(rows: List[dict]) -> List[str]:
+    """The table: trial, values, device, step, latest accuracy, state."""
+    keys = list(dict.fromkeys(k for r in rows for k in r["values"]))
+    header = ["trial", *keys, "device", "step", "accuracy", "state"]
+    body = [[r["trial"], *[json.dumps(r["values"].get(k)) for k in keys], _fmt(r.get("device")),
+             _fmt(r.get("global_step")), _fmt(r.get("accuracy"), "{:.4f}"), r["state"]] for r in rows]
+    widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
+    return ["  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip()
+            for line in [header, *body]]
+
+
+class SweepConsole:
+    def __init__(self, out=None, tty=None, clock=time.time):
+        self.out = out or sys.stdout
+        self.tty = self.out.isatty() if tty is None else tty
+        self.clock = clock
+        self._drawn = 0  # lines of the live table now on the terminal
+        self._drawn_at = 0.0
+
+    @staticmethod
+    def values_text(values: Dict[str, object]) -> str:
+        return " ".join(f"{k}={json.dumps(v)}" for k, v in values.items())
+
+    def _clear(self) -> None:
+        if self._drawn:
+            self.out.write(UP_AND_CLEAR.format(n=self._drawn))
+            self._drawn = 0
+
+    def event(self, text: str) -> None:
+        self._clear()
+        print(f"sweep: {text}", file=self.out, flush=True)
+
+    def table(self, rows: List[dict], running) -> None:
+        """On a terminal, the table redrawn in place every TABLE_EVERY_SECS; elsewhere the events say it all."""
+        if not self.tty or self.clock() - self._drawn_at < TABLE_EVERY_SECS:
+            return
+        self._clear()
+        lines = rows_text(rows)
+        self.out.write("\n".join(lines) + "\n")
+        self.out.flush()
+        self._drawn, self._drawn_at = len(lines), self.clock()
+
+    def final(self, rows: List[dict]) -> None:
+        self._clear()
+        print("\n".join(rows_text(rows)), file=self.out, flush=True)

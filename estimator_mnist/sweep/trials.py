@@ -1,0 +1,125 @@
+"""One trial: its YAML, its process on its device, and what it achieved, read from its own records. No TensorFlow.
+
+A trial is `estimator-mnist train --cluster <trial>/trial.yaml` without
+--task: the single-process job (strategy one_device), which trains,
+evaluates each checkpoint on the whole test set and exports, in its own
+directory. Started again on the same directory, it resumes from its newest
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from .. import checkpoints
+from ..config import TaskId, apply_overrides, config_from_dict
+from ..launch.processes import TaskProcess, die_with_parent, start_task
+from ..progress import read_progress
+from .devices import Device
+
+TRIAL_FILE, LOG_FILE = "trial.yaml", "trial.log"
+UNUSED_ADDRESS = "localhost:2222"  # a single-process job starts no server: the port is never opened
+
+
+@dataclass(frozen=True)
+class Trial:
+    name: str
+    values: Dict[str, object]
+    directory: Path
+    data: dict           # the trial's YAML data
+    max_steps: int
+    batch: int           # its global batch: one replica
+
+    @property
+    def model_dir(self) -> Path:
+        return self.directory / "model"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / LOG_FILE
+
+
+def trial_data(base: dict, values: Dict[str, object], directory: Path, data_dir: str, device: Optional[Device]) -> dict:
+    """The base settings with the trial's values, as one process with its own directories and device."""
+    data = apply_overrides(base, [f"{k}={json.dumps(v)}" for k, v in values.items()])
+    tasks = data.get("tasks") if isinstance(data.get("tasks"), dict) else {}
+    every = dict(tasks.get("all") or {})  # per-role and per-task settings name tasks a single process lacks
+    if device is not None:
+        every["gpus"] = [device.gpu] if device.kind == "gpu" else []  # a CPU trial must not take a GPU
+    data.update(cluster={"chief": [UNUSED_ADDRESS]}, strategy="one_device", tasks={"all": every} if every else None,
+                run_dir=str(directory), model_dir=str(directory / "model"), data_dir=data_dir)
+    if data["tasks"] is None:
+        del data["tasks"]
+    return data
+
+
+def make_trial(name: str, values: dict, sweep_dir: Path, base: dict, data_dir: str) -> Trial:
+    """The trial, validated as a whole config (so a bad combination is refused before any trial starts)."""
+    directory = sweep_dir / name
+    data = trial_data(base, values, directory, data_dir, None)
+    values_text = ", ".join(f"{k}={json.dumps(v)}" for k, v in values.items())
+    config = config_from_dict(data, str(directory / TRIAL_FILE), f"{name} ({values_text})")
+    return Trial(name, values, directory, data, config.training.max_steps, config.training.batch_size_per_replica)
+
+
+def write_trial_yaml(trial: Trial, device: Device) -> Path:
+    import yaml  # Imported here so `--help` stays instant.
+
+    trial.directory.mkdir(parents=True, exist_ok=True)
+    path = trial.directory / TRIAL_FILE
+    data = trial_data({k: v for k, v in trial.data.items()}, {}, trial.directory, trial.data["data_dir"], device)
+    path.write_text(f"# {trial.name} of a sweep, on {device}: one process, written by estimator-mnist sweep\n"
+                    + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def command(trial: Trial) -> List[str]:
+    return [sys.executable, "-m", "estimator_mnist", "train", "--cluster", str(trial.directory / TRIAL_FILE)]
+
+
+def start(trial: Trial, device: Device, index: int, argv: List[str]) -> TaskProcess:
+    """Starts the trial in its own process group, pinned to its device's cores before exec."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}  # a trial is never part of a cluster
+
+    def preexec():
+        die_with_parent()
+        if device.kind == "cpu":
+            os.sched_setaffinity(0, device.cores)  # inherited by TensorFlow's process and all its threads
+
+    return start_task(TaskId("trial", index), argv, env, trial.log_path, preexec)
+
+
+def evaluations(trial: Trial) -> List[tuple]:
+    """(step, accuracy) of every evaluation so far, ascending steps."""
+    return sorted((r["global_step"], r["accuracy"]) for r in checkpoints.read_eval_results(str(trial.model_dir)))
+
+
+def live(trial: Trial) -> dict:
+    """The trial's step and latest accuracy while it runs."""
+    record = read_progress(str(trial.directory)).get("chief:0") or {}
+    evaluated = evaluations(trial)
+    return {"global_step": record.get("global_step"), "accuracy": evaluated[-1][1] if evaluated else None,
+            "cpus_seen": record.get("cpus")}
+
+
+def outcome(trial: Trial) -> dict:
+    """Final accuracy, time to each threshold, images/s: the run summary of the trial's directory."""
+    from ..errors import UsageError
+    from ..run_summary import collect
+
+    if not (trial.directory / "progress").is_dir():
+        return {}
+    try:
+        facts = collect(str(trial.directory))
+    except UsageError:
+        return {}
+    final = checkpoints.final_evaluation(str(trial.model_dir), trial.max_steps)
+    return {"accuracy": facts["accuracy"], "final": final is not None, "global_step": facts["global_step"],
+            "images_per_sec": round(facts["images_per_sec"], 1) if facts["images_per_sec"] else None,
+            "seconds_to": {k: round(v["seconds"], 1) if v else None for k, v in facts["seconds_to_accuracy"].items()},
+            "export": facts["export"]}
