@@ -44,24 +44,38 @@ def scope_of(member: Member) -> str:
     return member.trial.replace("-", "_")
 
 
+def pin_unplaced(graph, prefix: str, device: str) -> None:
+    """Places the ops of a member's scope that came out without a device on the member's device.
+
+    TF 2.15: Keras creates a layer's variables (and their initializers and
+    reads) under tf.init_scope, which drops the enclosing tf.device, so every
+    member's weights would go wherever the placer puts unplaced ops (the first
+    GPU): each member would then read its weights across devices at every
+    call. Pinned by test_sweep_run.py's check of each member's devices.
+    """
+    for op in graph.get_operations():
+        if op.name.startswith(prefix) and not op.device:
+            op._set_device(device)  # pylint: disable=protected-access  (no public setter in TF 2.15)
+
+
 class EnsembleGraph:
     """The members' networks in the current graph; `logits(images)` applies every member on its device."""
 
     def __init__(self, members):
         self.members = list(members)
-        self.networks = []
-        for member in self.members:
-            with tf.device(member.device), tf.name_scope(scope_of(member)):
-                self.networks.append(build_network(member.network, "float32"))
+        self.networks = [build_network(member.network, "float32") for member in self.members]
         self.member_probabilities: List[tf.Tensor] = []
 
     def logits(self, images: tf.Tensor) -> tf.Tensor:
         probabilities = []
+        graph = tf.compat.v1.get_default_graph()
         for member, network in zip(self.members, self.networks):
-            with tf.device(member.device), tf.name_scope(scope_of(member)):
+            # "name/" re-enters the same scope on every call instead of a new "name_1".
+            with tf.device(member.device), tf.compat.v1.name_scope(scope_of(member) + "/"):
                 probabilities.append(tf.nn.softmax(tf.cast(network(images, training=False), tf.float32)))
+            pin_unplaced(graph, scope_of(member) + "/", member.device)
         self.member_probabilities = probabilities  # the last call's: the `images` signature's
-        with tf.name_scope("ensemble"):
+        with tf.compat.v1.name_scope("ensemble/"):
             average = tf.add_n(probabilities) / float(len(probabilities))
             # log of the average, so that the outputs' softmax gives back exactly the average
             return tf.math.log(tf.maximum(average, np.finfo(np.float32).tiny))

@@ -1,0 +1,146 @@
+"""Real sweeps of tiny single-process trials on real MNIST: two at a time on disjoint cores, the results files,
+best.yaml, a re-run that starts nothing, a real failure, Ctrl-C and resuming; and the ensemble of the best three
+as one SavedModel that predict takes, scored like the average of its members' own probabilities."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import yaml
+
+from estimator_mnist.config import config_from_dict
+from estimator_mnist.errors import INTERRUPTED_EXIT_CODE
+from estimator_mnist.sweep import records
+from tests.helpers import REPO, descendants, pids_alive
+
+BASE = """
+cluster: {{chief: ["localhost:23456"], worker: ["localhost:23457"], evaluator: localhost}}
+strategy: multi_worker_mirrored
+training: {{batch_size_per_replica: 64, max_steps: 60, save_checkpoints_steps: 30, log_step_count_steps: 10}}
+evaluation: {{throttle_secs: 0, start_delay_secs: 0}}
+data_dir: {data_dir}
+"""
+PARAMS = ["--param", "model.learning_rate=0.002,0.004", "--param", "model.dropout=0.2,0.5"]
+
+
+def cli(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "estimator_mnist", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, mnist_data_dir):
+    tmp_path = tmp_path_factory.mktemp("sweep")
+    base = tmp_path / "base.yaml"
+    base.write_text(BASE.format(data_dir=mnist_data_dir))
+    args = ["sweep", "--cluster", str(base), *PARAMS, "--parallel", "2", "--sweep-dir", str(tmp_path / "s")]
+    proc = cli(*args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {"args": args, "out": proc.stdout, "dir": tmp_path / "s", "base": base}
+
+
+def test_two_trials_run_at_once_each_on_its_own_core(sweep):
+    trials = records.read_sweep(sweep["dir"])["trials"]
+    assert [t["state"] for t in trials] == ["finished"] * 4, sweep["out"]
+    for first, second in (trials[0], trials[1]), (trials[2], trials[3]):
+        assert first["started"] < second["ended"] and second["started"] < first["ended"]  # at the same time
+    for a, b in (trials[0], trials[1]), (trials[2], trials[3]):
+        assert len(a["cpus_seen"]) == 1 and not set(a["cpus_seen"]) & set(b["cpus_seen"])  # TF process's own record
+        assert a["affinity"] == a["cpus_seen"]
+
+
+def test_results_files_hold_every_trial_and_best_yaml_is_a_valid_config(sweep):
+    record = records.read_sweep(sweep["dir"])
+    rows = (sweep["dir"] / records.CSV_FILE).read_text().splitlines()
+    assert len(rows) == 5 and rows[0].startswith("trial,state,model.learning_rate,model.dropout,accuracy")
+    table = [line for line in sweep["out"].splitlines() if line.startswith("trial-")]
+    assert len(table) == 4 and all(line.split()[-1] == "finished" for line in table)
+    for trial in record["trials"]:
+        assert 0.5 < trial["accuracy"] <= 1 and trial["global_step"] == 60 and trial["images_per_sec"] > 0
+        assert set(trial["seconds_to"]) == {"0.98", "0.99", "0.992"}
+        assert (sweep["dir"] / trial["trial"] / "model" / "eval_results.jsonl").is_file()
+    best = max(record["trials"], key=lambda t: t["accuracy"])
+    assert record["best"] == best["trial"]
+    text = (sweep["dir"] / records.BEST_FILE).read_text()
+    config = config_from_dict(yaml.safe_load(text), "best.yaml")
+    assert config.model.learning_rate == best["values"]["model.learning_rate"]
+    assert config.model.dropout == best["values"]["model.dropout"]
+    assert config.cluster.num_workers == 2 and "tuned in ONE process" in text
+
+
+def test_a_re_run_starts_nothing(sweep):
+    before = records.read_sweep(sweep["dir"])["trials"]
+    started = time.time()
+    proc = cli(*sweep["args"])
+    assert proc.returncode == 0 and "0 to run (4 already done)" in proc.stdout, proc.stdout + proc.stderr
+    assert time.time() - started < 20
+    assert records.read_sweep(sweep["dir"])["trials"] == before
+
+
+def test_the_ensemble_of_the_best_three_is_one_model_scored_like_its_members_average(sweep, mnist_data_dir):
+    import tensorflow as tf
+
+    from estimator_mnist.ensemble import test_set
+    from estimator_mnist.inference import Classifier
+
+    proc = cli("ensemble", "--sweep-dir", str(sweep["dir"]), "--top", "3", "--devices", "cpu:0,cpu:1,cpu:2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = records.read_sweep(sweep["dir"])
+    ensemble = record["ensemble"]
+    members = ensemble["members"]
+    ranked = sorted(record["trials"], key=lambda t: -t["accuracy"])[:3]
+    assert [m["trial"] for m in members] == [t["trial"] for t in ranked]
+    assert [m["devices_in_graph"] for m in members] == [["/device:CPU:0"], ["/device:CPU:1"], ["/device:CPU:2"]]
+    for member, trial in zip(members, ranked):
+        assert member["accuracy"] == pytest.approx(trial["accuracy"], abs=1e-4)  # same checkpoint, same test set
+
+    images, labels = test_set(mnist_data_dir)
+    averaged = 0
+    for trial in ranked:  # each member's own export, written by its trial
+        with Classifier(trial["export"]) as model:
+            averaged = averaged + model.probabilities(type("Item", (), {"encoded": None, "array": images})())
+    own_accuracy = float(np.mean(np.argmax(averaged, axis=1) == labels))
+    assert ensemble["accuracy"] == pytest.approx(own_accuracy, abs=2e-4)
+    export = ensemble["export"]
+    loaded = tf.saved_model.load(export)
+    assert set(loaded.signatures) == {"serving_default", "images"}
+
+    np.save(sweep["dir"] / "digits.npy", (images[:20, ..., 0] * 255).astype(np.uint8))
+    predicted = cli("predict", "--model", str(sweep["dir"] / "ensemble"), "--json", str(sweep["dir"] / "digits.npy"))
+    assert predicted.returncode == 0, predicted.stderr
+    classes = [p["class"] for p in json.loads(predicted.stdout)["predictions"]]
+    assert np.mean(np.array(classes) == labels[:20]) >= 0.8
+
+
+def test_a_real_failure_is_recorded_ctrl_c_stops_everything_and_the_same_sweep_resumes(tmp_path, mnist_data_dir):
+    base = tmp_path / "base.yaml"
+    base.write_text(BASE.format(data_dir=mnist_data_dir).replace("max_steps: 60", "max_steps: 400"))
+    # A 1 ms limit on every session call fails the first step: a trial that fails for real.
+    args = ["sweep", "--cluster", str(base), "--param", "session.operation_timeout_ms=1,0",
+            "--sweep-dir", str(tmp_path / "s")]
+    sweep = subprocess.Popen([sys.executable, "-m", "estimator_mnist", *args], cwd=REPO, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    progress = tmp_path / "s" / "trial-001" / "progress" / "chief-0.json"
+    deadline = time.time() + 120
+    while time.time() < deadline and not progress.is_file():
+        time.sleep(0.5)
+    time.sleep(3)  # past the first checkpoint (step 0) into training
+    pids = descendants(sweep.pid)
+    sweep.send_signal(signal.SIGINT)
+    out, _ = sweep.communicate(timeout=120)
+    assert sweep.returncode == INTERRUPTED_EXIT_CODE, out
+    assert pids and not pids_alive(pids), out
+    failed, interrupted = records.read_sweep(tmp_path / "s")["trials"]
+    assert failed["state"] == "failed" and "DeadlineExceeded" in failed["reason"], out
+    assert interrupted["state"] == "interrupted", out
+    assert (tmp_path / "s" / "trial-001" / "model" / "checkpoint").is_file()
+
+    resumed = cli(*args)
+    failed, finished = records.read_sweep(tmp_path / "s")["trials"]
+    assert resumed.returncode == 1 and finished["state"] == "finished", resumed.stdout + resumed.stderr
+    assert finished["attempts"] == 2 and "trial-001 resumed" in resumed.stdout
+    assert failed["state"] == "failed" and failed["attempts"] == 2
