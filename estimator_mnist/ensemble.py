@@ -30,6 +30,7 @@ from .export import signature_defs, write_saved_model
 from .files import read_json
 from .model import build_network
 from .sweep import records
+from .tf_workarounds import pin_unplaced
 
 
 def training_names(network: str) -> List[str]:
@@ -42,20 +43,6 @@ def training_names(network: str) -> List[str]:
 
 def scope_of(member: Member) -> str:
     return member.trial.replace("-", "_")
-
-
-def pin_unplaced(graph, prefix: str, device: str) -> None:
-    """Places the ops of a member's scope that came out without a device on the member's device.
-
-    TF 2.15: Keras creates a layer's variables (and their initializers and
-    reads) under tf.init_scope, which drops the enclosing tf.device, so every
-    member's weights would go wherever the placer puts unplaced ops (the first
-    GPU): each member would then read its weights across devices at every
-    call. Pinned by test_sweep_run.py's check of each member's devices.
-    """
-    for op in graph.get_operations():
-        if op.name.startswith(prefix) and not op.device:
-            op._set_device(device)  # pylint: disable=protected-access  (no public setter in TF 2.15)
 
 
 class EnsembleGraph:

@@ -199,3 +199,17 @@ class TeardownWatchdogHook(tf.compat.v1.train.SessionRunHook):
         self._exit_fn(f"training ended at step {checkpoints.latest_step(self._model_dir)} and its results are saved, "
                       f"but this task is still blocked {self._timeout_secs:g} s later (TensorFlow waiting on peers that "
                       f"left, or closing its session); exiting")
+
+
+def pin_unplaced(graph, prefix: str, device: str) -> None:
+    """Places the ops of a member's scope that came out without a device on the member's device.
+
+    TF 2.15: Keras creates a layer's variables (and their initializers and
+    reads) under tf.init_scope, which drops the enclosing tf.device, so every
+    member's weights would go wherever the placer puts unplaced ops (the first
+    GPU): each member would then read its weights across devices at every
+    call. Pinned by test_sweep_run.py's check of each member's devices.
+    """
+    for op in graph.get_operations():
+        if op.name.startswith(prefix) and not op.device:
+            op._set_device(device)  # pylint: disable=protected-access  (no public setter in TF 2.15)
