@@ -104,8 +104,9 @@ def score(session, graph_parts, images, labels, batch: int) -> Dict[str, float]:
     return {"members": list(hits[:-1] / len(images)), "ensemble": float(hits[-1] / len(images))}
 
 
-def build_and_export(plan: EnsemblePlan, out) -> int:
-    images, labels = test_set(plan.data_dir)
+def build_and_export(plan: EnsemblePlan, out, data=None) -> int:
+    """Builds, restores, scores and exports the ensemble; `data` (images, labels) replaces the test set in tests."""
+    images, labels = data if data is not None else test_set(plan.data_dir)
     facts = {}
 
     def build():
@@ -121,6 +122,7 @@ def build_and_export(plan: EnsemblePlan, out) -> int:
         graph.restore(session)
         facts["devices"] = graph.devices_used(session.graph)
         facts["scores"] = score(session, facts["parts"], images, labels, plan.eval_batch_size)
+        facts["labels"] = labels
 
     config = tf.compat.v1.ConfigProto(allow_soft_placement=False)
     config.device_count["CPU"] = plan.logical_cpus
@@ -135,7 +137,7 @@ def report(plan: EnsemblePlan, facts: dict, export: str, out) -> int:
                 "accuracy": round(acc, 6), "sweep_accuracy": m.sweep_accuracy, "checkpoint": m.checkpoint}
                for m, acc in zip(plan.members, scores["members"])]
     result = {"top": len(plan.members), "accuracy": round(scores["ensemble"], 6), "members": members,
-              "export": export, "time": time.time(), "test_images": 10000}
+              "export": export, "time": time.time(), "test_images": len(facts["labels"])}
     record = read_json(plan.sweep_dir / records.SWEEP_FILE)
     record["ensemble"] = result
     records.save(plan.sweep_dir, record)
@@ -145,7 +147,8 @@ def report(plan: EnsemblePlan, facts: dict, export: str, out) -> int:
         values = " ".join(f"{k}={v}" for k, v in m["values"].items())
         print(f"{m['trial']:<{width}}  {m['device']:<14}  {m['accuracy']:.4f}    {values}", file=out)
     best = max(m["accuracy"] for m in members)
-    print(f"ensemble of {len(members)}: accuracy {result['accuracy']:.4f} on the 10,000 test images (best member "
+    print(f"ensemble of {len(members)}: accuracy {result['accuracy']:.4f} on the {len(facts['labels']):,} test images "
+          "(best member "
           f"{best:.4f})", file=out)
     print(f"export: {export}\n  use it: estimator-mnist predict --model {plan.export_base} FILE...", file=out)
     return 0

@@ -85,6 +85,7 @@ class SweepRunner:
                           "exited 0 without a final evaluation") + (f": {last[0][:200]}" if last else "") + \
                     f"; see {trial.log_path}"
         row.update(state=state, reason=reason, ended=time.time(), exit_code=process.exit_code)
+        trials.write_summary(trial, row)
         accuracy = f" accuracy {row['accuracy']:.4f}" if row.get("accuracy") is not None else ""
         self.console.event(f"{name} {state}{accuracy}" + (f" ({reason})" if reason else ""))
         del self.running[name]

@@ -18,11 +18,12 @@ from typing import Dict, List, Optional
 
 from .. import checkpoints
 from ..config import TaskId, apply_overrides, config_from_dict
+from ..files import write_json_atomic
 from ..launch.processes import TaskProcess, die_with_parent, start_task
 from ..progress import read_progress
 from .devices import Device
 
-TRIAL_FILE, LOG_FILE = "trial.yaml", "trial.log"
+TRIAL_FILE, LOG_FILE, SUMMARY_FILE = "trial.yaml", "trial.log", "run_summary.json"
 UNUSED_ADDRESS = "localhost:2222"  # a single-process job starts no server: the port is never opened
 
 
@@ -123,3 +124,15 @@ def outcome(trial: Trial) -> dict:
             "images_per_sec": round(facts["images_per_sec"], 1) if facts["images_per_sec"] else None,
             "seconds_to": {k: round(v["seconds"], 1) if v else None for k, v in facts["seconds_to_accuracy"].items()},
             "export": facts["export"]}
+
+
+def write_summary(trial: Trial, row: dict) -> Path:
+    """<trial>/run_summary.json, as a launched run has one: `estimator-mnist summary <trial dir>` then shows the
+    trial's state (finished, stopped, failed, interrupted) and why."""
+    keys = ("values", "device", "affinity", "cpus_seen", "started", "ended", "exit_code", "attempts", "accuracy",
+            "global_step", "export", "seconds_to", "images_per_sec")
+    summary = {"status": row["state"], "error": row.get("reason"), "trial": trial.name,
+               "cluster_file": str(trial.directory / TRIAL_FILE), "strategy": "one_device",
+               "max_steps": trial.max_steps, "run_dir": str(trial.directory), "model_dir": str(trial.model_dir),
+               "log": str(trial.log_path), **{k: row.get(k) for k in keys}}
+    return write_json_atomic(trial.directory / SUMMARY_FILE, summary, indent=2)

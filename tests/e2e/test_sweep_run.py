@@ -3,6 +3,7 @@ best.yaml, a re-run that starts nothing, a real failure, Ctrl-C and resuming; an
 as one SavedModel that predict takes, scored like the average of its members' own probabilities."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -70,6 +71,8 @@ def test_results_files_hold_every_trial_and_best_yaml_is_a_valid_config(sweep):
     assert config.model.learning_rate == best["values"]["model.learning_rate"]
     assert config.model.dropout == best["values"]["model.dropout"]
     assert config.cluster.num_workers == 2 and "tuned in ONE process" in text
+    summary = cli("summary", str(sweep["dir"] / best["trial"]))  # each trial has its own run summary
+    assert summary.returncode == 0 and re.search(r"status\s+finished", summary.stdout), summary.stdout + summary.stderr
 
 
 def test_a_re_run_starts_nothing(sweep):

@@ -64,3 +64,20 @@ def test_train_applies_its_plan_where_it_starts(tmp_path):
     assert "CUDA_VISIBLE_DEVICES='1'" in first and "TF_CPP_MIN_LOG_LEVEL='1'" in first and "umask=027" in first
     assert result.returncode == 2 and "MNIST is not prepared in" in result.stderr.strip().splitlines()[-1]
     assert (REPO / "config" / "one_device.yaml").is_file()
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--param", "model.nope=1"], "--param model.nope: unknown key"),
+    (["--param", "model.learning_rate=0.1,fast"], "model.learning_rate must be"),
+    (["--param", "cluster.worker=a:1"], "cluster.* is not swept"),
+    ([], "sweep needs at least one --param"),
+    (["--param", "model.dropout=0.1,0.2", "--parallel", "64"], "--parallel 64: there are only"),
+])
+def test_sweep_refuses_bad_input_before_any_trial(args, expected, tmp_path):
+    result = run_cli("sweep", "--cluster", "config/tuning.yaml", "--sweep-dir", str(tmp_path / "s"), *args)
+    assert expected in one_error_line(result)
+    assert not (tmp_path / "s").exists()
+
+
+def test_ensemble_refuses_a_directory_without_a_sweep(tmp_path):
+    assert "no sweep.json there" in one_error_line(run_cli("ensemble", "--sweep-dir", str(tmp_path)))

@@ -9,12 +9,13 @@ import pytest
 import yaml
 
 from estimator_mnist import ensemble_plan
-from estimator_mnist.config import config_from_dict, load_config
+from estimator_mnist.config import TaskId, config_from_dict, load_config
 from estimator_mnist.errors import UsageError
 from estimator_mnist.sweep import build_plan, records
 from estimator_mnist.sweep.devices import Device
 from estimator_mnist.sweep.stopping import median_verdict, value_at
 from estimator_mnist.sweep.trials import trial_data, write_trial_yaml
+from estimator_mnist.task_plan import plan_task
 from tests.helpers import REPO, error_pattern
 
 LOCAL = REPO / "config" / "local.yaml"
@@ -76,6 +77,19 @@ def test_every_trial_yaml_is_a_valid_single_process_config(tmp_path):
         config = load_config(write_trial_yaml(trial, device))
         assert config.strategy.name == "one_device" and [str(t) for t in config.cluster.tasks()] == ["chief:0"]
         assert config.model_dir == str(trial.model_dir)
+
+
+def test_a_gpu_trial_sees_only_its_gpu_and_a_cpu_trial_none_with_threads_from_its_cores(tmp_path):
+    trial = _plan(tmp_path).trials[0]
+    chief = TaskId("chief", 0)
+    on_gpu = plan_task(load_config(write_trial_yaml(trial, Device("gpu", gpu=1))), chief, cores=8,
+                       cpu_bfloat16=False, environ={})
+    assert dict(on_gpu.env)["CUDA_VISIBLE_DEVICES"] == "1"
+    on_cpu = plan_task(load_config(write_trial_yaml(trial, Device("cpu", (1,)))), chief, cores=1,
+                       cpu_bfloat16=False, environ={})
+    assert dict(on_cpu.env)["CUDA_VISIBLE_DEVICES"] == "-1"
+    assert on_cpu.intra_op_threads == 1  # the trial's affinity is what cores counts
+    assert on_cpu.in_graph and on_cpu.evaluates_itself and on_cpu.tf_config is None
 
 
 def test_a_bad_combination_is_refused_before_any_trial_starts(tmp_path):

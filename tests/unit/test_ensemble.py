@@ -1,0 +1,64 @@
+"""The ensemble graph on two stand-in members of different networks (no MNIST, no processes): each member on its
+own logical CPU under its own name scope, restored from a checkpoint written under its training names, and an
+export with a single model's signatures whose probabilities are the average of the members' own."""
+
+import io
+import json
+
+import numpy as np
+import tensorflow as tf
+
+from estimator_mnist.ensemble import build_and_export
+from estimator_mnist.ensemble_plan import EnsemblePlan, Member
+from estimator_mnist.inference import Classifier
+from estimator_mnist.model import build_network
+from estimator_mnist.sweep import records
+
+NETWORKS = ("classic_cnn", "tutorial_cnn")
+
+
+def _member_checkpoint(tmp_path, network: str, seed: int) -> str:
+    """A checkpoint as a trial leaves it: the network alone in its graph, random weights."""
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(seed)
+        build_network(network)(tf.compat.v1.placeholder(tf.float32, [None, 28, 28, 1]))
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            return tf.compat.v1.train.Saver().save(session, str(tmp_path / network / "model.ckpt"), global_step=5)
+
+
+def _own_probabilities(network: str, checkpoint: str, images) -> np.ndarray:
+    with tf.Graph().as_default():
+        model = build_network(network)
+        feed = tf.compat.v1.placeholder(tf.float32, [None, 28, 28, 1])
+        probabilities = tf.nn.softmax(model(feed, training=False))
+        with tf.compat.v1.Session() as session:
+            tf.compat.v1.train.Saver().restore(session, checkpoint)
+            return session.run(probabilities, {feed: images})
+
+
+def test_members_of_two_networks_on_two_devices_export_as_one_model_of_their_average(tmp_path):
+    checkpoints = [_member_checkpoint(tmp_path, n, seed) for seed, n in enumerate(NETWORKS, start=1)]
+    members = tuple(Member(f"trial-00{i}", {"model.network": n}, n, c, f"/device:CPU:{i}", 0.5)
+                    for i, (n, c) in enumerate(zip(NETWORKS, checkpoints)))
+    records.save(tmp_path, {"identity": {}, "trials": []})
+    plan = EnsemblePlan(tmp_path, members, "unused", 32, logical_cpus=2)
+    rng = np.random.default_rng(0)
+    images = rng.random((50, 28, 28, 1), dtype=np.float32)
+    own = [_own_probabilities(n, c, images) for n, c in zip(NETWORKS, checkpoints)]
+    labels = np.argmax(own[0] + own[1], axis=1)  # labels the average gets right, and the members less often
+
+    out = io.StringIO()
+    assert build_and_export(plan, out, data=(images, labels)) == 0
+    ensemble = json.loads((tmp_path / records.SWEEP_FILE).read_text())["ensemble"]
+    assert [m["devices_in_graph"] for m in ensemble["members"]] == [["/device:CPU:0"], ["/device:CPU:1"]]
+    assert ensemble["accuracy"] == 1.0
+    for member, probabilities in zip(ensemble["members"], own):
+        assert member["accuracy"] == round(float(np.mean(np.argmax(probabilities, axis=1) == labels)), 6)
+    assert "ensemble of 2: accuracy 1.0000 on the 50 test images" in out.getvalue()
+
+    with Classifier(ensemble["export"]) as model:  # as predict loads it: one CPU, no device pins left
+        served = model.probabilities(type("Item", (), {"encoded": None, "array": images})())
+    np.testing.assert_allclose(served, (own[0] + own[1]) / 2, atol=1e-5)
+    loaded = tf.saved_model.load(ensemble["export"])
+    assert set(loaded.signatures) == {"serving_default", "images"}
