@@ -27,7 +27,6 @@ import tensorflow as tf
 from . import digits
 from .ensemble_plan import EnsemblePlan, Member
 from .export import signature_defs, write_saved_model
-from .files import read_json
 from .model import build_network
 from .sweep import records
 from .tf_workarounds import pin_unplaced
@@ -82,7 +81,7 @@ class EnsembleGraph:
         return found
 
 
-def test_set(data_dir: str):
+def load_test_set(data_dir: str):
     """The whole 10k test split as numpy: float images in [0, 1] and int labels."""
     import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
 
@@ -106,7 +105,7 @@ def score(session, graph_parts, images, labels, batch: int) -> Dict[str, float]:
 
 def build_and_export(plan: EnsemblePlan, out, data=None) -> int:
     """Builds, restores, scores and exports the ensemble; `data` (images, labels) replaces the test set in tests."""
-    images, labels = data if data is not None else test_set(plan.data_dir)
+    images, labels = data if data is not None else load_test_set(plan.data_dir)
     facts = {}
 
     def build():
@@ -138,7 +137,7 @@ def report(plan: EnsemblePlan, facts: dict, export: str, out) -> int:
                for m, acc in zip(plan.members, scores["members"])]
     result = {"top": len(plan.members), "accuracy": round(scores["ensemble"], 6), "members": members,
               "export": export, "time": time.time(), "test_images": len(facts["labels"])}
-    record = read_json(plan.sweep_dir / records.SWEEP_FILE)
+    record = records.read_sweep(plan.sweep_dir)
     record["ensemble"] = result
     records.save(plan.sweep_dir, record)
     width = max(len(m.trial) for m in plan.members)

@@ -22,7 +22,7 @@ from .devices import choose_devices
 from .scheduler import SweepPlan, SweepRunner
 from .space import expand, parse_params
 from .table import SweepConsole
-from .trials import make_trial
+from .trials import command, make_trial
 
 ERR_SWEEP_DIR = "--sweep-dir {dir}: {reason}; give a directory this user can create and write"
 
@@ -56,5 +56,4 @@ def run_sweep(plan: SweepPlan, out=None, command_for=None, **runner_options) -> 
         plan.sweep_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(ERR_SWEEP_DIR.format(dir=plan.sweep_dir, reason=exc.strerror or exc)) from None
-    options = dict(runner_options, **({"command_for": command_for} if command_for else {}))
-    return SweepRunner(plan, SweepConsole(out), **options).run()
+    return SweepRunner(plan, SweepConsole(out), command_for or command, **runner_options).run()

@@ -16,6 +16,7 @@ from typing import Dict, List, Optional
 
 from ..errors import UsageError
 from ..files import read_json, write_json_atomic
+from .space import as_overrides
 
 SWEEP_FILE, CSV_FILE, BEST_FILE = "sweep.json", "sweep.csv", "best.yaml"
 DONE_STATES = ("finished", "stopped")  # a re-run skips these; any other state is (re)started, from its checkpoints
@@ -101,8 +102,8 @@ def best_yaml(base_data: dict, base_file: str, best: dict, sweep_dir, batch: int
 
     from ..config import apply_overrides
 
-    data = apply_overrides(base_data, [f"{k}={json.dumps(v)}" for k, v in best["values"].items()])
-    values = " ".join(f"{k}={json.dumps(v)}" for k, v in best["values"].items())
+    data = apply_overrides(base_data, as_overrides(best["values"]))
+    values = " ".join(as_overrides(best["values"]))
     header = [f"# {base_file} with the best values of the sweep in {sweep_dir}:",
               f"#   {best['trial']}: {values} (final accuracy {best['accuracy']:.4f})",
               "# These values were tuned in ONE process (one trainer, global batch "

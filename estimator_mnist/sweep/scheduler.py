@@ -75,8 +75,7 @@ class SweepRunner:
     def _ended(self, name: str, process: TaskProcess, state: Optional[str] = None, reason: Optional[str] = None):
         trial, row = self.trials[name], self.rows[name]
         row.update(trials.outcome(trial))
-        finished = process.exit_code == 0 and row.pop("final", False)
-        row.pop("final", None)
+        finished = row.pop("final", False) and process.exit_code == 0
         if state is None:
             state = "finished" if finished else "failed"
             if not finished:

@@ -44,6 +44,13 @@ class Param:
     dist: Optional[Tuple[str, float, float]] = None  # ... or (kind, low, high)
 
 
+def as_overrides(values: Dict[str, object]) -> List[str]:
+    """A trial's values as --set texts (JSON is YAML), for the trial's YAML, best.yaml and the console."""
+    import json  # pylint: disable=import-outside-toplevel
+
+    return [f"{key}={json.dumps(value)}" for key, value in values.items()]
+
+
 def _split(text: str) -> List[str]:
     """Splits on commas outside brackets, so that a list value like [0, 1] stays whole."""
     parts, depth, start = [], 0, 0

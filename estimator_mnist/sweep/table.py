@@ -7,6 +7,8 @@ import sys
 import time
 from typing import Dict, List
 
+from .space import as_overrides
+
 UP_AND_CLEAR = "\x1b[{n}F\x1b[J"  # cursor up n lines to their start, clear to the end of the screen
 TABLE_EVERY_SECS = 2.0
 
@@ -36,7 +38,7 @@ class SweepConsole:
 
     @staticmethod
     def values_text(values: Dict[str, object]) -> str:
-        return " ".join(f"{k}={json.dumps(v)}" for k, v in values.items())
+        return " ".join(as_overrides(values))
 
     def _clear(self) -> None:
         if self._drawn:

@@ -9,12 +9,11 @@ checkpoint.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from .. import checkpoints
 from ..config import TaskId, apply_overrides, config_from_dict
@@ -22,6 +21,7 @@ from ..files import write_json_atomic
 from ..launch.processes import TaskProcess, die_with_parent, start_task
 from ..progress import read_progress
 from .devices import Device
+from .space import as_overrides
 
 TRIAL_FILE, LOG_FILE, SUMMARY_FILE = "trial.yaml", "trial.log", "run_summary.json"
 UNUSED_ADDRESS = "localhost:2222"  # a single-process job starts no server: the port is never opened
@@ -45,13 +45,11 @@ class Trial:
         return self.directory / LOG_FILE
 
 
-def trial_data(base: dict, values: Dict[str, object], directory: Path, data_dir: str, device: Optional[Device]) -> dict:
-    """The base settings with the trial's values, as one process with its own directories and device."""
-    data = apply_overrides(base, [f"{k}={json.dumps(v)}" for k, v in values.items()])
+def trial_data(base: dict, values: Dict[str, object], directory: Path, data_dir: str) -> dict:
+    """The base settings with the trial's values, as one process with its own directories."""
+    data = apply_overrides(base, as_overrides(values))
     tasks = data.get("tasks") if isinstance(data.get("tasks"), dict) else {}
-    every = dict(tasks.get("all") or {})  # per-role and per-task settings name tasks a single process lacks
-    if device is not None:
-        every["gpus"] = [device.gpu] if device.kind == "gpu" else []  # a CPU trial must not take a GPU
+    every = tasks.get("all")  # per-role and per-task settings name tasks a single process lacks
     data.update(cluster={"chief": [UNUSED_ADDRESS]}, strategy="one_device", tasks={"all": every} if every else None,
                 run_dir=str(directory), model_dir=str(directory / "model"), data_dir=data_dir)
     if data["tasks"] is None:
@@ -59,11 +57,18 @@ def trial_data(base: dict, values: Dict[str, object], directory: Path, data_dir:
     return data
 
 
+def on_device(data: dict, device: Device) -> dict:
+    """The trial's data with its device: its own GPU, or none at all (a CPU trial must not take a GPU)."""
+    every = dict((data.get("tasks") or {}).get("all") or {})
+    every["gpus"] = [device.gpu] if device.kind == "gpu" else []
+    return {**data, "tasks": {"all": every}}
+
+
 def make_trial(name: str, values: dict, sweep_dir: Path, base: dict, data_dir: str) -> Trial:
     """The trial, validated as a whole config (so a bad combination is refused before any trial starts)."""
     directory = sweep_dir / name
-    data = trial_data(base, values, directory, data_dir, None)
-    values_text = ", ".join(f"{k}={json.dumps(v)}" for k, v in values.items())
+    data = trial_data(base, values, directory, data_dir)
+    values_text = ", ".join(as_overrides(values))
     config = config_from_dict(data, str(directory / TRIAL_FILE), f"{name} ({values_text})")
     return Trial(name, values, directory, data, config.training.max_steps, config.training.batch_size_per_replica)
 
@@ -73,7 +78,7 @@ def write_trial_yaml(trial: Trial, device: Device) -> Path:
 
     trial.directory.mkdir(parents=True, exist_ok=True)
     path = trial.directory / TRIAL_FILE
-    data = trial_data({k: v for k, v in trial.data.items()}, {}, trial.directory, trial.data["data_dir"], device)
+    data = on_device(trial.data, device)
     path.write_text(f"# {trial.name} of a sweep, on {device}: one process, written by estimator-mnist sweep\n"
                     + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path

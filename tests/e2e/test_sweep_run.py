@@ -87,7 +87,7 @@ def test_a_re_run_starts_nothing(sweep):
 def test_the_ensemble_of_the_best_three_is_one_model_scored_like_its_members_average(sweep, mnist_data_dir):
     import tensorflow as tf
 
-    from estimator_mnist.ensemble import test_set
+    from estimator_mnist.ensemble import load_test_set
     from estimator_mnist.inference import Classifier
 
     proc = cli("ensemble", "--sweep-dir", str(sweep["dir"]), "--top", "3", "--devices", "cpu:0,cpu:1,cpu:2")
@@ -101,7 +101,7 @@ def test_the_ensemble_of_the_best_three_is_one_model_scored_like_its_members_ave
     for member, trial in zip(members, ranked):
         assert member["accuracy"] == pytest.approx(trial["accuracy"], abs=1e-4)  # same checkpoint, same test set
 
-    images, labels = test_set(mnist_data_dir)
+    images, labels = load_test_set(mnist_data_dir)
     averaged = 0
     for trial in ranked:  # each member's own export, written by its trial
         with Classifier(trial["export"]) as model:

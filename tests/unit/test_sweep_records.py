@@ -14,7 +14,7 @@ from estimator_mnist.errors import UsageError
 from estimator_mnist.sweep import build_plan, records
 from estimator_mnist.sweep.devices import Device
 from estimator_mnist.sweep.stopping import median_verdict, value_at
-from estimator_mnist.sweep.trials import trial_data, write_trial_yaml
+from estimator_mnist.sweep.trials import on_device, trial_data, write_trial_yaml
 from estimator_mnist.task_plan import plan_task
 from tests.helpers import REPO, error_pattern
 
@@ -58,12 +58,12 @@ def test_a_trial_is_one_process_with_its_own_directories_and_device(tmp_path):
     base = {"cluster": {"chief": ["h:1"], "worker": ["h:2"], "evaluator": "h"}, "strategy": "multi_worker_mirrored",
             "tasks": {"all": {"intra_op_threads": 1}, "worker:1": {"step_delay_ms": 500}},
             "model": {"learning_rate": 0.01}}
-    data = trial_data(base, {"model.learning_rate": 0.003}, tmp_path / "t", "/data", Device("cpu", (1,)))
+    data = on_device(trial_data(base, {"model.learning_rate": 0.003}, tmp_path / "t", "/data"), Device("cpu", (1,)))
     assert data["cluster"] == {"chief": ["localhost:2222"]} and data["strategy"] == "one_device"
     assert data["tasks"] == {"all": {"intra_op_threads": 1, "gpus": []}}
     assert data["model"]["learning_rate"] == 0.003 and base["model"]["learning_rate"] == 0.01
     assert data["model_dir"] == str(tmp_path / "t" / "model") and data["run_dir"] == str(tmp_path / "t")
-    gpu = trial_data(base, {}, tmp_path / "t", "/data", Device("gpu", gpu=3))
+    gpu = on_device(trial_data(base, {}, tmp_path / "t", "/data"), Device("gpu", gpu=3))
     assert gpu["tasks"]["all"]["gpus"] == [3]
 
 
