@@ -101,8 +101,8 @@ class SweepRunner:
                 continue
             process, device = self.running[name]
             stop_processes([process], EARLY_STOP_GRACE_SECS)
+            self.rows[name]["stopped_at_step"] = verdict.step  # before _ended writes the trial's summary
             self._ended(name, process, "stopped", verdict.reason)
-            self.rows[name]["stopped_at_step"] = verdict.step
             freed.append(device)
         return freed
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import Counter
 from typing import Dict, List
 
 from .space import as_overrides
 
 UP_AND_CLEAR = "\x1b[{n}F\x1b[J"  # cursor up n lines to their start, clear to the end of the screen
 TABLE_EVERY_SECS = 2.0
+LINE_EVERY_SECS = 30.0
 
 
 def _fmt(value, pattern: str = "{}") -> str:
@@ -50,14 +52,24 @@ class SweepConsole:
         print(f"sweep: {text}", file=self.out, flush=True)
 
     def table(self, rows: List[dict], running) -> None:
-        """On a terminal, the table redrawn in place every TABLE_EVERY_SECS; elsewhere the events say it all."""
-        if not self.tty or self.clock() - self._drawn_at < TABLE_EVERY_SECS:
+        """On a terminal, the table redrawn in place every TABLE_EVERY_SECS; elsewhere (a log, CI), one line on
+        the running trials every LINE_EVERY_SECS."""
+        every = TABLE_EVERY_SECS if self.tty else LINE_EVERY_SECS
+        if self.clock() - self._drawn_at < every:
+            return
+        self._drawn_at = self.clock()
+        if not self.tty:
+            states = Counter(r["state"] for r in rows)
+            busy = ", ".join(f"{r['trial']} step {_fmt(r.get('global_step'))} accuracy "
+                             f"{_fmt(r.get('accuracy'), '{:.4f}')}" for r in rows if r["trial"] in running)
+            counts = ", ".join(f"{count} {state}" for state, count in sorted(states.items()))
+            self.event(f"{busy or 'no trial running'} ({counts})")
             return
         self._clear()
         lines = rows_text(rows)
         self.out.write("\n".join(lines) + "\n")
         self.out.flush()
-        self._drawn, self._drawn_at = len(lines), self.clock()
+        self._drawn = len(lines)
 
     def final(self, rows: List[dict]) -> None:
         self._clear()
