@@ -15,6 +15,7 @@ import yaml
 
 from estimator_mnist.config import config_from_dict
 from estimator_mnist.errors import INTERRUPTED_EXIT_CODE
+from estimator_mnist.files import read_json
 from estimator_mnist.sweep import records
 from tests.helpers import REPO, descendants, pids_alive
 
@@ -128,8 +129,13 @@ def test_a_real_failure_is_recorded_ctrl_c_stops_everything_and_the_same_sweep_r
     sweep = subprocess.Popen([sys.executable, "-m", "estimator_mnist", *args], cwd=REPO, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     progress = tmp_path / "s" / "trial-001" / "progress" / "chief-0.json"
+
+    def failed_and_training():
+        record = read_json(tmp_path / "s" / records.SWEEP_FILE) or {"trials": [{}]}
+        return record["trials"][0].get("state") == "failed" and progress.is_file()
+
     deadline = time.time() + 120
-    while time.time() < deadline and not progress.is_file():
+    while time.time() < deadline and not failed_and_training():
         time.sleep(0.5)
     time.sleep(3)  # past the first checkpoint (step 0) into training
     pids = descendants(sweep.pid)
