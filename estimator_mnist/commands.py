@@ -197,7 +197,6 @@ def cmd_sweep(args) -> int:
 
 def cmd_ensemble(args) -> int:
     from .ensemble_plan import plan_ensemble
-
     from .tf_noise import before_import
 
     plan = plan_ensemble(args.sweep_dir, args.top, args.devices)  # every refusal before TensorFlow loads

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..config import load_config, read_yaml
+from ..config import config_from_dict, read_yaml
 from ..data_prep import ERR_NOT_PREPARED, is_prepared
 from ..errors import UsageError
 from ..run_summary import THRESHOLDS
@@ -36,8 +36,8 @@ def build_plan(cluster_file: str, param_texts: Sequence[str], samples: Optional[
                devices_text: Optional[str] = None, early_stop: str = "none", sweep_dir: Optional[str] = None,
                allowed=None, gpus=None) -> SweepPlan:
     """Everything checked before any trial starts: the base YAML, every trial's config, the devices."""
-    base_config = load_config(cluster_file)
     base_data = read_yaml(cluster_file)
+    base_config = config_from_dict(base_data, cluster_file)
     params = parse_params(param_texts)
     values = expand(params, samples, seed)
     devices = choose_devices(devices_text, cores_per_trial, parallel, allowed, gpus)

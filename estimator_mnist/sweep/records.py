@@ -62,11 +62,10 @@ def read_sweep(sweep_dir) -> dict:
     return record
 
 
-def best_trials(record: dict, count: Optional[int] = None) -> List[dict]:
+def best_trials(record: dict) -> List[dict]:
     """Finished trials, highest final accuracy first (the earlier trial on a tie)."""
     done = [t for t in record["trials"] if t["state"] == "finished" and t.get("accuracy") is not None]
-    ranked = sorted(done, key=lambda t: -t["accuracy"])
-    return ranked if count is None else ranked[:count]
+    return sorted(done, key=lambda t: -t["accuracy"])
 
 
 def top_trials(record: dict, sweep_dir, top: int) -> List[dict]:
@@ -118,7 +117,7 @@ def write_results(sweep_dir: Path, record: dict, thresholds, base_data: dict, ba
     """sweep.csv, and best.yaml when a trial finished; returns best.yaml's path or None."""
     sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / CSV_FILE).write_text(csv_text(record, thresholds), encoding="utf-8")
-    ranked = best_trials(record, 1)
+    ranked = best_trials(record)
     if not ranked:
         return None
     record["best"] = ranked[0]["trial"]

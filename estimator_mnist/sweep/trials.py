@@ -124,8 +124,8 @@ def outcome(trial: Trial) -> dict:
         facts = collect(str(trial.directory))
     except UsageError:
         return {}
-    final = checkpoints.final_evaluation(str(trial.model_dir), trial.max_steps)
-    return {"accuracy": facts["accuracy"], "final": final is not None, "global_step": facts["global_step"],
+    final = any(e["step"] >= trial.max_steps for e in facts["evaluations"])
+    return {"accuracy": facts["accuracy"], "final": final, "global_step": facts["global_step"],
             "images_per_sec": round(facts["images_per_sec"], 1) if facts["images_per_sec"] else None,
             "seconds_to": {k: round(v["seconds"], 1) if v else None for k, v in facts["seconds_to_accuracy"].items()},
             "export": facts["export"]}
