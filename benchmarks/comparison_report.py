@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from estimator_mnist.cpu import available_cores, cpu_kind, cpu_model
+
 from common import DEFAULT_CONFIG, REPO, write_json
 from comparison_figures import Run, paired, ratios, stats, window
 
@@ -27,36 +29,49 @@ def _cell(values: List[float], digits: int) -> str:
             else f"{s['median']:.{digits}f}")
 
 
-def _rows(workers: int, runs: List[Run], reference: List[Run], label: str, reference_cell: Optional[str]) -> List[str]:
-    """One row per figure: `runs` against `reference`, with their ratio per repetition."""
+def _rows(workers: int, runs: List[Run], peers: List[List[Run]], label: str, peer_cell: Optional[str]) -> List[str]:
+    """One row per figure: `runs`, then each peer's runs and the ratio of `runs` to it per repetition."""
     lines = []
     for key, name, digits in FIGURES:
         a = [getattr(r, key) for r in runs]
-        b = [getattr(r, key) for r in reference]
-        theirs = reference_cell or _cell([v for v in b if v is not None], digits)
-        lines.append(f"| {workers} | {label}{name} | {_cell([v for v in a if v is not None], digits)} | "
-                     f"{theirs} | {_cell(ratios(a, b), 2)} |")
+        cells = [_cell([v for v in a if v is not None], digits)]
+        for peer in peers:
+            b = [getattr(r, key) for r in peer]
+            cells += [peer_cell or _cell([v for v in b if v is not None], digits), _cell(ratios(a, b), 2)]
+        lines.append(f"| {workers} | {label}{name} | " + " | ".join(cells) + " |")
     return lines
 
 
 def table(runs: List[Run], defaults_label: str) -> List[str]:
-    lines = ["| workers | figure | trainer | Keras reference | trainer / reference |",
-             "| --- | --- | --- | --- | --- |"]
+    peers = ["reference"] + (["ddp"] if any(r.system == "ddp" for r in runs) else [])
+    names = {"reference": "Keras MWMS", "ddp": "PyTorch DDP"}
+    lines = ["| workers | figure | trainer | " + " | ".join(f"{names[p]} | trainer / {names[p]}" for p in peers) + " |",
+             "| --- | --- | --- | " + " | ".join("--- | ---" for _ in peers) + " |"]
     for workers in sorted({r.workers for r in runs}):
         def of(system):
             return [r for r in runs if r.system == system and r.workers == workers]
 
-        lines += _rows(workers, of("trainer"), of("reference"), "", None)
+        lines += _rows(workers, of("trainer"), [of(p) for p in peers], "", None)
         if of("trainer_defaults"):
-            lines += _rows(workers, of("trainer_defaults"), of("reference"), f"{defaults_label}: ", "(float32 above)")
+            lines += _rows(workers, of("trainer_defaults"), [of(p) for p in peers], f"{defaults_label}: ",
+                           "(float32 above)")
     return lines
 
 
 def machine() -> str:
-    return f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), Python {platform.python_version()}"
+    return (f"{cpu_model()} ({cpu_kind()}), {os.cpu_count()} CPUs visible, {available_cores()} usable, "
+            f"Python {platform.python_version()}")
 
 
-def print_report(args, lines: List[str], pipeline: dict, default: Optional[dict]) -> None:
+def _spread(values: List[Optional[float]], digits: int = 1) -> str:
+    """median (min-max) of the values; 'not reached' counts as missing and is said."""
+    present = [v for v in values if v is not None]
+    missing = len(values) - len(present)
+    text = _cell(present, digits) if present else "not reached"
+    return text + (f", not reached in {missing} of {len(values)}" if missing and present else "")
+
+
+def print_report(args, lines: List[str], pipeline: dict, defaults: List[dict]) -> None:
     """The table and the lines under it, for a reader."""
     print(f"\n{time.strftime('%Y-%m-%d')}, {machine()}; {args.repeats} repetition(s) of {args.steps} steps, "
           f"steady window {window(args.steps, args.warmup)}, {args.threads} intra/inter-op thread(s) per task "
@@ -65,37 +80,56 @@ def print_report(args, lines: List[str], pipeline: dict, default: Optional[dict]
     print(f"\ninput pipeline alone (input_fn, no model, one thread, one of {args.pipeline_shards} shards), images/s: "
           + "; ".join(f"batch {b}: first epoch {v['first_epoch']:.0f}, cached {v['cached']:.0f}"
                       for b, v in pipeline.items()))
-    if default:
-        time_to_99 = default["time_to_99"] if default["time_to_99"] is None else round(default["time_to_99"], 1)
-        print(f"default config ({DEFAULT_CONFIG.relative_to(REPO)}, max_steps {default['max_steps']}): "
-              f"first step {default['seconds_to_first_step']:.1f} s after launch; "
-              f"99.0% after {time_to_99} s (step {default['step_at_99']}); final accuracy "
-              f"{default['final_accuracy']:.4f} {default['training_phase_secs']:.1f} s after the first step; "
-              f"exit {default['seconds_to_exit']:.1f} s after launch; evaluations (step, accuracy, s) "
-              f"{default['evaluations']}")
+    if defaults:
+        print(f"default config ({DEFAULT_CONFIG.relative_to(REPO)}), {len(defaults)} run(s), precision "
+              f"{sorted({d['precision'] for d in defaults if d['precision']})}, median (min-max): "
+              f"first step {_spread([d['seconds_to_first_step'] for d in defaults])} s after launch; "
+              f"99.2% first evaluated {_spread([d['time_to_992'] for d in defaults])} s after the first step; "
+              f"final accuracy {_spread([d['final_accuracy'] for d in defaults], 4)}; "
+              f"exit {_spread([d['exit_after_last_step'] for d in defaults])} s after the last step")
+        for d in defaults:
+            print(f"  max_steps {d['max_steps']}: evaluations (step, accuracy, s after the first step) "
+                  f"{d['evaluations']}")
 
 
-def report(args, json_path: Path, runs: List[Run], defaults_label: str, pipeline: dict, default: Optional[dict],
+def _median(values, reduce=statistics.median) -> str:
+    values = [v for v in values if v is not None]
+    return f"{reduce(values):.3f}" if values else "none"
+
+
+def result_line(runs: List[Run], defaults: List[dict]) -> str:
+    """The machine-readable last line: medians over the repetitions (the exit: the worst run)."""
+    def of(system, workers):
+        return [r for r in runs if r.system == system and r.workers == workers]
+
+    one, two = of("trainer", 1), of("trainer", 2)
+    startup = ratios([r.seconds_to_first_step for r in two], [r.seconds_to_first_step for r in of("reference", 2)])
+    accuracy_gap = [(b.accuracy - a.accuracy) * 100 for a, b in zip(two, of("reference", 2))
+                    if a.accuracy is not None and b.accuracy is not None]
+    times = [d["time_to_992"] for d in defaults]
+    precision = ",".join(sorted({d["precision"] for d in defaults if d["precision"]})) or "none"
+    return (f"RESULT fp32_2w_ratio={_median(paired(runs, 'trainer', 'reference', 2))} "
+            f"ddp_2w_ratio={_median(paired(runs, 'trainer', 'ddp', 2))} "
+            f"two_over_one={_median(ratios([r.images_per_sec for r in two], [r.images_per_sec for r in one]))} "
+            f"startup_ratio={_median(startup)} keras_minus_trainer_points={_median(accuracy_gap)} "
+            f"bf16_2w_ratio={_median(paired(runs, 'trainer_defaults', 'reference', 2))} "
+            f"exit_after_last_step={_median([d['exit_after_last_step'] for d in defaults], max)} "
+            f"time_to_992={_median(times) if None not in times else 'none'} "
+            f"final_accuracy={_median([d['final_accuracy'] for d in defaults], min)} "
+            f"precision={precision} cpu={cpu_kind()}")
+
+
+def report(args, json_path: Path, runs: List[Run], defaults_label: str, pipeline: dict, defaults: List[dict],
            started: float) -> None:
     """Prints the table, writes every figure to the JSON file, and prints the RESULT line last."""
-    fp32_ratio = paired(runs, "trainer", "reference", 2)
-    bf16_ratio = paired(runs, "trainer_defaults", "reference", 2)
-    exit_ratios = [r.seconds_to_exit / r.seconds_to_last_step for r in runs
-                   if r.system.startswith("trainer") and r.workers == 2]
     lines = table(runs, defaults_label)
-    print_report(args, lines, pipeline, default)
+    print_report(args, lines, pipeline, defaults)
     write_json(json_path, {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(),
-        "args": {k: str(v) for k, v in vars(args).items()},
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(), "cpu_kind": cpu_kind(),
+        "cpu_model": cpu_model(), "args": {k: str(v) for k, v in vars(args).items()},
         "runs": [dataclasses.asdict(r) for r in runs], "table": lines,
-        "input_pipeline": pipeline, "default_run": default,
-        "fp32_2w_ratios": fp32_ratio, "bf16_2w_ratios": bf16_ratio, "exit_over_last_step": exit_ratios,
-        "seconds": time.time() - started})
+        "input_pipeline": pipeline, "default_runs": defaults,
+        "fp32_2w_ratios": paired(runs, "trainer", "reference", 2), "ddp_2w_ratios": paired(runs, "trainer", "ddp", 2),
+        "bf16_2w_ratios": paired(runs, "trainer_defaults", "reference", 2), "seconds": time.time() - started})
     print(f"figures: {json_path}")
-
-    def fmt(values, reduce=statistics.median):
-        return f"{reduce(values):.3f}" if values else "none"
-
-    time_to_99 = "none" if not default or default["time_to_99"] is None else f"{default['time_to_99']:.1f}"
-    print(f"RESULT fp32_2w_ratio={fmt(fp32_ratio)} bf16_2w_ratio={fmt(bf16_ratio)} "
-          f"exit_over_last_step={fmt(exit_ratios, max)} time_to_99={time_to_99}")
+    print(result_line(runs, defaults))

@@ -23,6 +23,8 @@ from common import DEFAULT_CONFIG, REPO, Shape, run_launch, start, wait_all
 from comparison_figures import Run, summarise, window
 
 KERAS_REFERENCE = REPO / "benchmarks" / "keras_reference.py"
+DDP_REFERENCE = REPO / "benchmarks" / "ddp_reference.py"
+TORCH_PYTHON = Path(os.environ.get("ESTIMATOR_MNIST_TORCH_VENV", REPO / ".venv-torch"), "bin", "python")
 
 
 def run_trainer(workdir: Path, data_dir: str, workers: int, steps: int, batch: int, precision: str,
@@ -71,6 +73,44 @@ def run_reference(workdir: Path, data_dir: str, workers: int, steps: int, batch:
     raise SystemExit(f"no free ports for the Keras reference after {attempts} attempts")
 
 
+def torch_available() -> bool:
+    """Whether benchmarks/setup_pytorch.sh made the PyTorch venv the DDP reference runs in."""
+    return TORCH_PYTHON.is_file()
+
+
+def run_ddp(workdir: Path, data_dir: str, workers: int, steps: int, batch: int, precision: str,
+            threads: Sequence, learning_rate: float, warmup: int, timeout: float, attempts: int = 3) -> Run:
+    """One ddp_reference.py process per worker in the PyTorch venv, on input_fn's batches saved by ddp_data."""
+    from ddp_data import shards, test_set  # pylint: disable=import-outside-toplevel
+
+    if precision != "float32":
+        raise SystemExit("the DDP reference trains in float32 only")
+    data_dir_out = workdir / "ddp_data"
+    data_dir_out.mkdir(exist_ok=True)
+    data, test = shards(data_dir, workers, steps, batch, data_dir_out), test_set(data_dir, data_dir_out)
+    for _ in range(attempts):
+        run_dir = Path(tempfile.mkdtemp(prefix=f"ddp_{workers}w_", dir=workdir))
+        port = free_loopback_ports(1)[0]
+        accuracy_path = run_dir / "accuracy.json"
+        logs = [run_dir / f"worker-{index}.log" for index in range(workers)]
+        launched = time.time()
+        processes = [start([str(TORCH_PYTHON), str(DDP_REFERENCE), "--workers", str(workers), "--index", str(index),
+                            "--port", str(port), "--data", str(data[index]), "--test", str(test),
+                            "--steps", str(steps), "--batch", str(batch), "--learning-rate", str(learning_rate),
+                            "--intra", str(threads[0]), "--inter", str(threads[1]), "--run-dir", str(run_dir),
+                            "--accuracy-out", str(accuracy_path)], log)
+                     for index, log in enumerate(logs)]
+        exited = wait_all(processes, timeout)
+        text = "".join(p.read_text(errors="replace") for p in logs)
+        if any(p.returncode != 0 for p in processes):
+            if "address already in use" in text.lower():
+                continue
+            raise SystemExit(f"the DDP reference failed in {run_dir}:\n{text[-3000:]}")
+        accuracy = json.loads(accuracy_path.read_text()).get("accuracy")
+        return summarise("ddp", workers, batch, precision, launched, exited, run_dir, window(steps, warmup), accuracy)
+    raise SystemExit(f"no free port for the DDP reference after {attempts} attempts")
+
+
 def default_run(workdir: Path, data_dir: str, shape: Shape, max_steps: Optional[int], save_steps: int,
                 timeout: float) -> dict:
     """config/local.yaml as shipped (on fresh loopback ports), timed from its chief's first step.
@@ -82,15 +122,24 @@ def default_run(workdir: Path, data_dir: str, shape: Shape, max_steps: Optional[
                                               f"training.save_checkpoints_steps={min(max_steps, save_steps)}"]
     run = run_launch(workdir, "default_", DEFAULT_CONFIG, overrides, shape, data_dir, timeout).check("the default run")
     summary = run.summary()
-    first_step = read_progress(str(run.run_dir))["chief:0"]["first_step_time"]
+    records = read_progress(str(run.run_dir)).values()
+    first_step = min(r["first_step_time"] for r in records)
+    last_step = max(r["time"] for r in records)
     evaluations = summary["evaluations"]
-    reached = [e for e in evaluations if e["accuracy"] >= 0.99]
     final = evaluations[-1]
+
+    def reached(threshold):
+        hit = next((e for e in evaluations if e["accuracy"] >= threshold), None)
+        return (hit["time"] - first_step, hit["global_step"]) if hit else (None, None)
+
+    (time_to_99, step_at_99), (time_to_992, step_at_992) = reached(0.99), reached(0.992)
     return {"max_steps": summary["max_steps"], "final_accuracy": final["accuracy"],
+            "precision": next((r["precision"] for r in records if r.get("precision")), None),
             "seconds_to_first_step": first_step - run.launched,
             "training_phase_secs": final["time"] - first_step,
-            "time_to_99": reached[0]["time"] - first_step if reached else None,
-            "step_at_99": reached[0]["global_step"] if reached else None,
+            "time_to_99": time_to_99, "step_at_99": step_at_99,
+            "time_to_992": time_to_992, "step_at_992": step_at_992,
+            "exit_after_last_step": run.exited - last_step,
             "seconds_to_exit": run.exited - run.launched,
             "evaluations": [(e["global_step"], round(e["accuracy"], 4), round(e["time"] - first_step, 1))
                             for e in evaluations]}

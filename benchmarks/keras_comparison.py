@@ -1,40 +1,48 @@
-"""The trainer side by side with Keras `model.fit` under MultiWorkerMirroredStrategy, on the same cores.
+"""The trainer side by side with Keras `model.fit` under MultiWorkerMirroredStrategy and PyTorch DDP, same cores.
 
-For each repetition, and for 1 and 2 workers, it runs A B A B: this trainer
-(`estimator-mnist launch`, chief + workers + evaluator) and the Keras reference
-(benchmarks/keras_reference.py, one process per worker) on identical work:
-the same network (without dropout, as the reference has none), input
-pipeline and shards, per-worker batch, Adam with the same constant learning
-rate, steps and thread settings (--threads for intra-
-and inter-op). Then, for 2 workers, the trainer as its defaults configure it
-(config/local.yaml's batch and precision, automatic threads) on the same
-number of steps. It reports, with medians and min-max over the repetitions:
+For each repetition, and for 1 and 2 workers, it runs A B C: this trainer
+(`estimator-mnist launch`, chief + workers + evaluator), the Keras reference
+(benchmarks/keras_reference.py, one process per worker) and, when
+benchmarks/setup_pytorch.sh has made its venv, the PyTorch DDP reference
+(benchmarks/ddp_reference.py over gloo) on identical work: the same network
+(without dropout, as the references have none), the same batches in the same
+order per worker, Adam with the same constant learning rate, steps and thread
+settings (--threads for intra- and inter-op). Then, for 2 workers, the trainer
+as its defaults configure it (config/local.yaml's batch and precision,
+automatic threads) on the same number of steps. It reports, with medians and
+min-max over the repetitions:
 
 - steady-state images/s summed over the workers, between local steps
   --warmup and --steps minus --warmup;
 - seconds from launch to the first step, to the last step and to the exit
   of the last process;
-- the ratio trainer/reference of each figure, per repetition (the runs of a
-  pair are next to each other in time);
+- the ratio trainer/peer of each figure, per repetition (the runs of a
+  repetition are next to each other in time);
 - the test accuracy each run reached;
 
 then the input pipeline alone (input_fn with no model, one thread, images/s)
-and a run of the default config (config/local.yaml) timed from its first
-step to its first evaluation at 99.0% test accuracy and to its final one.
+and --default-runs runs of the default config (config/local.yaml), each timed
+from its first step to its first evaluation at 99.2% test accuracy.
 
 Everything goes to --json, and the last line is machine-readable:
 
-  RESULT fp32_2w_ratio=... bf16_2w_ratio=... exit_over_last_step=... time_to_99=...
+  RESULT fp32_2w_ratio=... ddp_2w_ratio=... two_over_one=... startup_ratio=... keras_minus_trainer_points=...
+         bf16_2w_ratio=... exit_after_last_step=... time_to_992=... final_accuracy=... precision=... cpu=...
 
-fp32_2w_ratio: trainer/reference steady images/s, 2 workers, identical settings.
-bf16_2w_ratio: the trainer with its defaults (mixed_bfloat16 where the CPU has
-  it) over that same float32 reference.
-exit_over_last_step: launch-to-exit over launch-to-last-step, the worst of the
-  trainer's 2-worker runs.
-time_to_99: seconds from the default run's first step to a 99.0% evaluation.
+(one line), each a median over the repetitions unless said:
+fp32_2w_ratio, ddp_2w_ratio: trainer/Keras and trainer/DDP steady images/s, 2 workers, identical float32 work.
+two_over_one: the trainer's 2-worker images/s over its 1-worker images/s.
+startup_ratio: trainer/Keras seconds from launch to the first step, 2 workers.
+keras_minus_trainer_points: Keras's test accuracy minus the trainer's, in points, 2 workers.
+bf16_2w_ratio: the trainer with its defaults over the float32 Keras reference.
+exit_after_last_step: seconds from the default run's last step to its exit, the worst run.
+time_to_992: seconds from the default run's first step to its first evaluation at or above 99.2%.
+final_accuracy: the default run's final accuracy, the worst run.
+precision: what model.precision: auto trained in; cpu: amx, avx512_bf16, avx512, avx2 or other.
 
-  .venv/bin/python benchmarks/keras_comparison.py [--repeats 3] [--steps 600] [--json FILE]
+  .venv/bin/python benchmarks/keras_comparison.py [--repeats 3] [--steps 600] [--ddp auto|on|off] [--json FILE]
   .venv/bin/python benchmarks/keras_comparison.py --smoke   # a few steps: checks it runs, measures nothing
+  .venv/bin/python benchmarks/keras_comparison.py --workers 2 --repeats 0 --default-runs 3   # time to 99.2% only
 
 It must have the machine to itself: anything else running skews the figures.
 """
@@ -54,7 +62,7 @@ from estimator_mnist.task_plan import plan_task, resolve_precision
 from common import DEFAULT_CONFIG, REPO, Shape, benchmark_parser
 from comparison_figures import Run
 from comparison_report import report
-from comparison_runs import default_run, run_reference, run_trainer
+from comparison_runs import default_run, run_ddp, run_reference, run_trainer, torch_available
 from pipeline_probe import measure as pipeline_images_per_sec
 
 
@@ -97,7 +105,10 @@ def parse_args(argv=None):
     parser.add_argument("--pipeline-batches", type=int, default=400, help="cached batches the pipeline probe times")
     parser.add_argument("--pipeline-shards", type=int, default=2,
                         help="the probe times worker 0's pipeline of a cluster this big (its first epoch is 60000/N)")
-    parser.add_argument("--skip-default-run", action="store_true", help="leave out the time to 99%% (saves ~4 min)")
+    parser.add_argument("--ddp", choices=("auto", "on", "off"), default="auto",
+                        help="also run the PyTorch DDP reference (auto: when benchmarks/setup_pytorch.sh made its venv)")
+    parser.add_argument("--default-runs", type=int, default=3, help="runs of the default config, for the time to 99.2%%")
+    parser.add_argument("--skip-default-run", action="store_true", help="leave out the default config's runs")
     parser.add_argument("--default-max-steps", type=int, help="shorten the default run (smoke tests)")
     parser.add_argument("--timeout", type=float, default=1200, help="seconds allowed per run")
     parser.add_argument("--smoke", action="store_true",
@@ -105,7 +116,10 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.smoke:
         args.repeats, args.steps, args.workers, args.pipeline_batches, args.pipeline_shards = 1, 20, "2", 20, 30
-        args.default_max_steps = args.default_max_steps or 20
+        args.default_max_steps, args.default_runs = args.default_max_steps or 20, 1
+    if args.ddp == "on" and not torch_available():
+        parser.error("--ddp on: no PyTorch venv; run benchmarks/setup_pytorch.sh first")
+    args.ddp = args.ddp == "on" or (args.ddp == "auto" and torch_available())
     return args
 
 
@@ -115,14 +129,15 @@ def _line(prefix: str, run: Run) -> str:
 
 
 def compare(args, work: Path, defaults: Defaults) -> List[Run]:
-    """Every repetition: A B A B like-for-like for each worker count, then the trainer with its defaults."""
+    """Every repetition: A B (C) like-for-like for each worker count, then the trainer with its defaults."""
     worker_counts = [int(w) for w in args.workers.split(",")]
     threads = (args.threads, args.threads)
     same = dict(steps=args.steps, learning_rate=args.learning_rate, warmup=args.warmup, timeout=args.timeout)
     runs: List[Run] = []
     for repetition in range(1, args.repeats + 1):
         for workers in worker_counts:
-            for system, run in (("trainer", run_trainer), ("reference", run_reference)):
+            systems = [("trainer", run_trainer), ("reference", run_reference)] + ([("ddp", run_ddp)] if args.ddp else [])
+            for system, run in systems:
                 runs.append(run(work, defaults.data_dir, workers, batch=args.batch, precision="float32",
                                 threads=threads, **same))
                 print(_line(f"rep {repetition} {system:9s} {workers}w float32 batch {args.batch}", runs[-1]),
@@ -146,9 +161,9 @@ def main(argv=None) -> int:
         pipeline = {batch: pipeline_images_per_sec(defaults.data_dir, batch, args.pipeline_shards,
                                                    args.pipeline_batches)
                     for batch in sorted({args.batch, defaults.batch})}
-        default = None if args.skip_default_run else default_run(
-            work, defaults.data_dir, defaults.shape, args.default_max_steps, defaults.save_checkpoints_steps,
-            args.timeout)
+        default = [] if args.skip_default_run else [
+            default_run(work, defaults.data_dir, defaults.shape, args.default_max_steps,
+                        defaults.save_checkpoints_steps, args.timeout) for _ in range(args.default_runs)]
     report(args, json_path, runs, defaults.label, pipeline, default, started)
     return 0
 

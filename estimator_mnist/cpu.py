@@ -13,19 +13,38 @@ def available_cores() -> int:
     return len(psutil.Process().cpu_affinity() or []) or psutil.cpu_count() or 1
 
 
-def cpu_has_bfloat16(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
-    """Whether the CPU computes bfloat16 natively (AMX or AVX512_BF16); emulated, it is slower than float32.
-
-    psutil does not report CPU flags, so this reads /proc/cpuinfo.
-    """
+def _cpuinfo(cpuinfo_path: str) -> dict:
+    """The first processor's fields of /proc/cpuinfo (psutil reports neither the flags nor the model)."""
+    fields = {}
     try:
         with open(cpuinfo_path, encoding="utf-8") as handle:
             for line in handle:
-                if line.startswith("flags"):
-                    return any(flag in line.split() for flag in BF16_CPU_FLAGS)
+                if not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
     except OSError:
         pass
-    return False
+    return fields
+
+
+def cpu_has_bfloat16(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
+    """Whether the CPU computes bfloat16 natively (AMX or AVX512_BF16); emulated, it is slower than float32."""
+    return any(flag in _cpuinfo(cpuinfo_path).get("flags", "").split() for flag in BF16_CPU_FLAGS)
+
+
+def cpu_kind(cpuinfo_path: str = "/proc/cpuinfo") -> str:
+    """The CPU kind the performance figures are given per: amx, avx512_bf16, avx512, avx2 or other."""
+    flags = set(_cpuinfo(cpuinfo_path).get("flags", "").split())
+    for kind, flag in (("amx", "amx_bf16"), ("avx512_bf16", "avx512_bf16"), ("avx512", "avx512f"), ("avx2", "avx2")):
+        if flag in flags:
+            return kind
+    return "other"
+
+
+def cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str:
+    """The model name /proc/cpuinfo gives, e.g. 'AMD EPYC 9R14 96-Core Processor'."""
+    return _cpuinfo(cpuinfo_path).get("model name", "unknown")
 
 
 def lower_cpu_priority(nice) -> str:

@@ -6,12 +6,12 @@ training, and at the end:
 
     {"task": "worker:0", "pid": 4242, "parent_pid": 4240, "local_step": 310, "global_step": 310, "loss": 0.061,
      "examples_per_sec": 812.5, "examples_per_step": 256, "time": 1795342427.1, "first_step_time": 1795342391.4,
-     "done": false, "step_times": [[1, t1], [10, t10], [20, t20], ...], "cpus": [0, 1]}
+     "done": false, "step_times": [[1, t1], [10, t10], [20, t20], ...], "cpus": [0, 1], "precision": "float32"}
 
 `time` is the wall-clock time of the newest step; `examples_per_sec` is this
 task's rate since its previous record, `examples_per_step` its images per
 local step; `step_times` holds the first step, every STEP_TIMES_EVERY-th and the newest, for throughput and start-up
-figures; `cpus` the cores the task may run on (its CPU affinity). Records belong to one process (`pid`, and `parent_pid`: `train`
+figures; `cpus` the cores the task may run on (its CPU affinity); `precision` what model.precision resolved to. Records belong to one process (`pid`, and `parent_pid`: `train`
 runs TensorFlow in a child of the process that was started): after a
 restart the new process overwrites them. No TensorFlow, so stand-in tasks and the Keras
 reference write the same records.

@@ -84,11 +84,13 @@ def collect(path: str) -> dict:
         reached[f"{threshold:g}"] = ({"step": hit["global_step"], "seconds": hit["time"] - first}
                                      if hit and first and hit.get("time") else None)
     exports = [r["export"] for r in evaluations if r.get("export")]
+    precision = next((r["precision"] for _, r in sorted(records.items()) if r.get("precision")), None)
     return {
         "run_dir": str(run_dir) if run_dir else None, "model_dir": str(model_dir), "status": status,
         "global_step": checkpoints.latest_step(str(model_dir)),
         "accuracy": (final or (evaluations[-1] if evaluations else {})).get("accuracy"),
         "images_per_sec": timing["images_per_sec"], "images_per_sec_by_task": timing["per_task"],
+        "precision": precision,
         "restarts": len(launched["restarts"]) if "restarts" in launched else None,
         "export": exports[-1] if exports else None, "seconds_to_accuracy": reached,
         "evaluations": [{"step": r["global_step"], "accuracy": r["accuracy"], "loss": r["loss"],
@@ -108,6 +110,7 @@ def table(facts: dict) -> List[str]:
         "global step": str(facts["global_step"]),
         "accuracy": f"{facts['accuracy']:.4f}" if facts["accuracy"] is not None else "-",
         "images/s": (f"{rate:,.0f}" + (f" ({by_task})" if by_task else "")) if rate else "-",
+        "precision": facts.get("precision") or "-",
         "restarts": str(facts["restarts"]) if facts["restarts"] is not None else "- (not started by launch)",
         "export": facts["export"] or "-",
     }

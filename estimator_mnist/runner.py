@@ -26,7 +26,8 @@ from .progress import ProgressWriter, fresh_rates, progress_path
 from .roles import DoneSignalHook, run_evaluator, run_ps, run_trainer
 from .strategy import build_train_strategy, configure_devices, gpu_capabilities, session_config
 from .task_plan import TaskPlan, describe, resolve_precision
-from .tf_workarounds import TeardownWatchdogHook, bound_session_recreation, remove_collective_scratch
+from .tf_workarounds import (TeardownWatchdogHook, bound_session_recreation, lean_checkpoint_start,
+                             remove_collective_scratch)
 
 # TensorFlow's errors for a peer that is gone or unreachable, or a wait that timed out: a restart can cure them.
 TRANSIENT_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError)
@@ -68,6 +69,7 @@ def first_log_line(config: Config, plan: TaskPlan, strategy, precision: str, pri
 
 def build_estimator(config: Config, plan: TaskPlan, strategy=None, precision: str = "float32"):
     training = config.training
+    lean_checkpoint_start()
     run_config = tf.estimator.RunConfig(
         model_dir=config.model_dir,
         train_distribute=strategy,
@@ -76,6 +78,7 @@ def build_estimator(config: Config, plan: TaskPlan, strategy=None, precision: st
         save_checkpoints_steps=training.save_checkpoints_steps,
         save_summary_steps=training.log_step_count_steps,
         keep_checkpoint_max=training.keep_checkpoint_max,
+        checkpoint_save_graph_def=False,  # tf_workarounds.lean_checkpoint_start
         log_step_count_steps=training.log_step_count_steps,
         session_config=session_config(config, plan, precision),
         session_creation_timeout_secs=training.session_creation_timeout_secs,
@@ -126,10 +129,12 @@ def _before_teardown_exit(config: Config, plan: TaskPlan, progress: ProgressHook
         remove_collective_scratch(config.model_dir, plan.task)
 
 
-def training_hooks(config: Config, plan: TaskPlan, strategy=None, ready_fd=None, preemption=None):
+def training_hooks(config: Config, plan: TaskPlan, strategy=None, ready_fd=None, preemption=None,
+                   precision: str = "float32"):
     examples = config.training.batch_size_per_replica * local_replicas(config, strategy)
     writer = ProgressWriter(progress_path(config.run_dir, plan.task) if config.run_dir else None, str(plan.task),
                             examples)
+    writer.note(precision=precision)  # what model.precision resolved to here, for the summary and the benchmarks
     progress = ProgressHook(plan.task, writer, plan.settings.step_delay_ms / 1000.0)
     hooks = [progress,
              TeardownWatchdogHook(config.model_dir, timeout_secs=config.training.teardown_timeout_secs,
@@ -185,7 +190,7 @@ def run_task(config: Config, plan: TaskPlan, priority: str = "unchanged", ready_
         log(first_log_line(config, plan, strategy, precision, priority))
         estimator = build_estimator(config, plan, strategy, precision)
         train_spec, eval_spec = train_and_eval_specs(
-            config, hooks=training_hooks(config, plan, strategy, ready_fd, preemption) if task.is_trainer else [])
+            config, hooks=training_hooks(config, plan, strategy, ready_fd, preemption, precision) if task.is_trainer else [])
         if task.is_evaluator:
             run_evaluator(config, plan, estimator, eval_spec)
         elif task.type == "ps":

@@ -59,6 +59,34 @@ def bound_session_recreation(timeout_secs: float) -> None:
     recoverable._create_session = create_session
 
 
+def lean_checkpoint_start() -> None:
+    """TF 2.15: CheckpointSaverHook.after_create_session held the first step back by about a second.
+
+    At session start it serialised the whole graph three times (graph.pbtxt,
+    a MetaGraphDef for the events file, the step-0 checkpoint's .meta), in
+    pure Python: protobuf 3.20.3, the newest that tensorflow-metadata 1.14.0
+    (tfds 4.9.4) accepts, has no C++ extension for Python 3.11. Then it saved
+    a checkpoint of the untrained weights, which the evaluator scored at
+    about 8% while the trainers started. Under MultiWorkerMirrored every
+    worker waits for the chief's first step. Now a session start only notes
+    the global step; RunConfig(checkpoint_save_graph_def=False) leaves out the
+    .meta of later checkpoints (Estimator rebuilds graphs from model_fn, and
+    the events file still gets the graph from its writer). A restart before
+    the first checkpoint starts from the initial weights, as it would from
+    the step-0 checkpoint. Pinned by
+    tests/unit/test_model.py::test_no_checkpoint_of_the_untrained_weights.
+    """
+    hook = tf.compat.v1.train.CheckpointSaverHook
+    if getattr(hook.after_create_session, "_lean", False):
+        return
+
+    def after_create_session(self, session, coord):  # pylint: disable=unused-argument
+        self._timer.update_last_triggered_step(session.run(self._global_step_tensor))
+
+    after_create_session._lean = True
+    hook.after_create_session = after_create_session
+
+
 def poll_for_ready_model_quickly() -> None:
     """TF 2.15: non-chief trainers poll for the chief's initialised variables every 30 s.
 

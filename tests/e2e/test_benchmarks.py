@@ -9,8 +9,11 @@ import psutil
 
 from tests.helpers import REPO
 
-RESULT = re.compile(r"RESULT fp32_2w_ratio=\d+\.\d{3} bf16_2w_ratio=\d+\.\d{3} exit_over_last_step=\d+\.\d{3} "
-                    r"time_to_99=(none|\d+\.\d)")
+NUMBER = r"-?\d+\.\d{3}"
+RESULT = re.compile(rf"RESULT fp32_2w_ratio={NUMBER} ddp_2w_ratio=none two_over_one=none startup_ratio={NUMBER} "
+                    rf"keras_minus_trainer_points={NUMBER} bf16_2w_ratio={NUMBER} exit_after_last_step={NUMBER} "
+                    rf"time_to_992=(none|{NUMBER}) final_accuracy={NUMBER} precision=(float32|mixed_bfloat16) "
+                    r"cpu=(amx|avx512_bf16|avx512|avx2|other)")
 
 
 def processes_mentioning(text: str):
@@ -21,7 +24,7 @@ def processes_mentioning(text: str):
 def test_keras_comparison_smoke_run(tmp_path, mnist_data_dir):
     out = tmp_path / "figures.json"
     result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "keras_comparison.py"), "--smoke",
-                             "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=1200)
+                             "--ddp", "off", "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert RESULT.fullmatch(result.stdout.strip().splitlines()[-1]), result.stdout[-2000:]
     figures = json.loads(out.read_text())
@@ -32,6 +35,14 @@ def test_keras_comparison_smoke_run(tmp_path, mnist_data_dir):
         assert 0.0 <= run["accuracy"] <= 1.0
     assert "| 2 | steady images/s (summed) |" in "\n".join(figures["table"])
     assert all(v["first_epoch"] > 0 and v["cached"] > 0 for v in figures["input_pipeline"].values())
-    default = figures["default_run"]
+    (default,) = figures["default_runs"]
     assert default["max_steps"] == 20 and default["evaluations"][-1][0] == 20
+    assert default["precision"] in ("float32", "mixed_bfloat16") and 0 <= default["exit_after_last_step"] < 60
     assert not processes_mentioning("keras_comparison_"), "the benchmark left processes behind"
+
+
+def test_ddp_reference_data_are_the_batches_input_fn_gives_each_worker(tmp_path, mnist_data_dir):
+    """The PyTorch reference trains on exactly the trainer's batches (benchmarks/ddp_data.py); TensorFlow side only."""
+    result = subprocess.run([sys.executable, "-m", "tests.e2e.ddp_data_probe", str(mnist_data_dir), str(tmp_path)],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip().endswith("same"), result.stdout[-2000:] + result.stderr[-3000:]

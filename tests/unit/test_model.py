@@ -172,6 +172,23 @@ def test_short_estimator_run_trains_evaluates_predicts_and_exports(tmp_path, pre
     assert outputs["probabilities"].shape == (3, 10)
 
 
+def test_no_checkpoint_of_the_untrained_weights(tmp_path):
+    """A session start saves nothing (tf_workarounds.lean_checkpoint_start); checkpoints carry no .meta."""
+    images, labels = fake_mnist(64)
+    config = config_from_dict({
+        "cluster": {"chief": ["localhost:1"]},
+        "training": {"batch_size_per_replica": 8, "max_steps": 4, "save_checkpoints_steps": 2},
+        "model_dir": str(tmp_path / "model"),
+    }, "test")
+    estimator = runner.build_estimator(config, plan_task(config, TaskId("chief", 0)))
+    train_spec, _ = runner.train_and_eval_specs(config, make_dataset=lambda split: dataset_of(images, labels))
+    estimator.train(train_spec.input_fn, max_steps=2)
+    estimator.train(train_spec.input_fn, max_steps=4)  # a restart: the session starts at step 2
+    state = tf.train.get_checkpoint_state(config.model_dir)
+    assert [int(path.rsplit("-", 1)[1]) for path in state.all_model_checkpoint_paths] == [2, 4]
+    assert not list((tmp_path / "model").glob("*.meta")) and not (tmp_path / "model" / "graph.pbtxt").exists()
+
+
 def test_cosine_schedule_decays_to_a_tenth():
     from estimator_mnist.model import _learning_rate
 

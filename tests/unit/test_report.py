@@ -66,7 +66,8 @@ def write_run(tmp_path, launched=True):
     for task in ("chief-0", "worker-0"):
         (progress / f"{task}.json").write_text(json.dumps({
             "task": task.replace("-", ":"), "first_step_time": 1005.0 if task == "chief-0" else 1006.0,
-            "examples_per_step": 256, "step_times": [[1, 1005.0], [701, 1075.0]], "time": 1075.0}))
+            "examples_per_step": 256, "step_times": [[1, 1005.0], [701, 1075.0]], "time": 1075.0,
+            "precision": "mixed_bfloat16"}))
     if launched:
         (tmp_path / "run" / "run_summary.json").write_text(json.dumps({
             "status": "finished", "model_dir": str(model_dir), "run_dir": str(tmp_path / "run"),
@@ -84,6 +85,7 @@ def test_summary_of_a_launched_run(tmp_path):
     text = "\n".join(table(facts))
     assert re.search(r"^to 99.2%\s+45.0 s \(step 400\)$", text, re.MULTILINE), text
     assert re.search(r"^restarts\s+1$", text, re.MULTILINE) and "export/latest/700" in text
+    assert re.search(r"^precision\s+mixed_bfloat16$", text, re.MULTILINE)
 
 
 def test_summary_of_a_run_started_by_hand_has_no_restart_count(tmp_path):

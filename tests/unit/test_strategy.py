@@ -65,6 +65,19 @@ def test_cpu_flags_tell_bfloat16(tmp_path):
     assert not cpu_has_bfloat16(str(tmp_path / "missing"))
 
 
+@pytest.mark.parametrize("flags, kind", [("fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile", "amx"),
+                                         ("fpu avx2 avx512f avx512_bf16", "avx512_bf16"),
+                                         ("fpu avx2 avx512f", "avx512"), ("fpu avx2 fma", "avx2"), ("fpu sse2", "other")])
+def test_cpu_kind_names_the_widest_instructions(tmp_path, flags, kind):
+    from estimator_mnist.cpu import cpu_kind, cpu_model
+
+    path = tmp_path / "cpuinfo"
+    path.write_text(f"processor\t: 0\nmodel name\t: AMD EPYC 7R13 Processor\nflags\t\t: {flags}\n\n"
+                    "processor\t: 1\nflags\t\t: fpu\n")
+    assert cpu_kind(str(path)) == kind
+    assert cpu_model(str(path)) == "AMD EPYC 7R13 Processor"
+
+
 def test_bfloat16_turns_off_the_fusion_that_has_no_bfloat16_kernel():
     from tensorflow.core.protobuf import rewriter_config_pb2
 
