@@ -54,11 +54,21 @@ def build_network(name: str, precision: str = "float32", dropout: float = 0.0) -
 
 
 def _learning_rate(model_config, global_step, max_steps):
+    peak = model_config.learning_rate
     if model_config.lr_schedule == "constant":
-        return model_config.learning_rate
-    # Decaying to a tenth makes the last checkpoints agree with each other, so
-    # the final accuracy does not depend on where the noise of the last steps lands.
-    return tf.compat.v1.train.cosine_decay(model_config.learning_rate, global_step, max_steps, alpha=0.1)
+        return peak
+    if model_config.lr_schedule == "cosine":
+        # Decaying to a tenth makes the last checkpoints agree with each other, so
+        # the final accuracy does not depend on where the noise of the last steps lands.
+        return tf.compat.v1.train.cosine_decay(peak, global_step, max_steps, alpha=0.1)
+    # warmup_cosine: measured to reach 99.2% in fewer epochs than a decay to a tenth
+    # (docs/performance.md, "How the defaults were chosen"). The warm-up keeps
+    # Adam's first steps, whose second-moment estimates are still poor, small.
+    warmup = min(model_config.warmup_steps, max_steps - 1)
+    step = tf.cast(global_step, tf.float32)
+    warming = peak * (0.1 + 0.9 * step / max(1, warmup))
+    decaying = tf.compat.v1.train.cosine_decay(peak, tf.maximum(global_step - warmup, 0), max_steps - warmup)
+    return tf.where(step < warmup, warming, decaying)
 
 
 def _optimizer(model_config, learning_rate):

@@ -27,7 +27,7 @@ OPTIMIZERS = ("adam", "momentum")
 EXPORTERS = ("latest", "best")
 RESTART_POLICIES = ("never", "on_failure")
 NETWORK_MODES = ("auto", "private", "host")
-LR_SCHEDULES = ("cosine", "constant")
+LR_SCHEDULES = ("warmup_cosine", "cosine", "constant")
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 
 
@@ -166,8 +166,10 @@ class ModelConfig:
                         doc="classic_cnn: conv5x5x32-pool-conv5x5x64-pool-dense500; tutorial_cnn: conv3x3x32-pool-dense64")
     optimizer: str = _opt("adam", choices=OPTIMIZERS)
     learning_rate: float = _opt(0.003, check=v.positive, kind=float)
-    lr_schedule: str = _opt("cosine", choices=LR_SCHEDULES,
-                            doc="cosine: decay from learning_rate to a tenth of it at training.max_steps")
+    lr_schedule: str = _opt("warmup_cosine", choices=LR_SCHEDULES,
+                            doc="warmup_cosine: from a tenth of learning_rate up to it over warmup_steps, then down "
+                                "to 0 at training.max_steps; cosine: from learning_rate to a tenth of it")
+    warmup_steps: int = _opt(40, check=v.non_negative, kind=int, doc="used by lr_schedule: warmup_cosine")
     momentum: float = _opt(0.9, check=v.fraction, kind=float, doc="used by optimizer: momentum")
     dropout: float = _opt(0.4, check=v.fraction, kind=float,
                           doc="dropout rate before the last layer while training (classic_cnn: after dense500)")
@@ -180,8 +182,8 @@ class ModelConfig:
 @dataclass(frozen=True)
 class TrainingConfig:
     batch_size_per_replica: int = _opt(256, check=v.positive, kind=int)
-    max_steps: int = _opt(700, check=v.positive, kind=int)
-    save_checkpoints_steps: int = _opt(200, check=v.positive, kind=int)
+    max_steps: int = _opt(500, check=v.positive, kind=int)
+    save_checkpoints_steps: int = _opt(100, check=v.positive, kind=int)
     keep_checkpoint_max: int = _opt(5, check=v.positive, kind=int)
     log_step_count_steps: int = _opt(100, check=v.positive, kind=int)
     shuffle_buffer: int = _opt(10000, check=v.positive, kind=int)
@@ -200,7 +202,7 @@ class TrainingConfig:
 
 @dataclass(frozen=True)
 class EvaluationConfig:
-    throttle_secs: int = _opt(20, check=v.non_negative, kind=int)
+    throttle_secs: int = _opt(5, check=v.non_negative, kind=int)
     start_delay_secs: int = _opt(5, check=v.non_negative, kind=int)
     batch_size: int = _opt(1000, check=v.positive, kind=int)
     export: str = _opt("latest", choices=EXPORTERS,

@@ -194,8 +194,23 @@ def test_cosine_schedule_decays_to_a_tenth():
 
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         step = tf.compat.v1.placeholder(tf.int64, [])
-        rate = _learning_rate(ModelConfig(learning_rate=0.002), step, 100)
+        rate = _learning_rate(ModelConfig(learning_rate=0.002, lr_schedule="cosine"), step, 100)
         assert session.run(rate, {step: 0}) == pytest.approx(0.002)
         assert session.run(rate, {step: 100}) == pytest.approx(0.0002)
         assert 0.0002 < session.run(rate, {step: 50}) < 0.002
     assert _learning_rate(ModelConfig(learning_rate=0.002, lr_schedule="constant"), None, 100) == 0.002
+
+
+def test_warmup_cosine_rises_from_a_tenth_to_the_peak_then_falls_to_zero():
+    from estimator_mnist.model import _learning_rate
+
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        step = tf.compat.v1.placeholder(tf.int64, [])
+        rate = _learning_rate(ModelConfig(learning_rate=0.002, warmup_steps=10), step, 110)
+        rates = [session.run(rate, {step: s}) for s in (0, 5, 10, 60, 110, 120)]
+    assert rates[0] == pytest.approx(0.0002) and rates[1] == pytest.approx(0.0011)
+    assert rates[2] == pytest.approx(0.002) and rates[3] == pytest.approx(0.001)
+    assert rates[4] == pytest.approx(0.0, abs=1e-9) and rates[5] == pytest.approx(0.0, abs=1e-9)
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:  # warm-up longer than the run: capped
+        rate = _learning_rate(ModelConfig(learning_rate=0.002, warmup_steps=500), tf.constant(0, tf.int64), 4)
+        assert session.run(rate) == pytest.approx(0.0002)

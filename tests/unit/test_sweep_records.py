@@ -95,7 +95,7 @@ def test_a_gpu_trial_sees_only_its_gpu_and_a_cpu_trial_none_with_threads_from_it
 def test_a_bad_combination_is_refused_before_any_trial_starts(tmp_path):
     # A checkpoint cadence longer than the run is refused for the trial that has it.
     with pytest.raises(UsageError, match="trial-001"):
-        _plan(tmp_path, ("training.max_steps=400,100",))
+        _plan(tmp_path, ("training.max_steps=400,50",))
 
 
 def _record(tmp_path, states_and_accuracies):
