@@ -46,3 +46,13 @@ def test_ddp_reference_data_are_the_batches_input_fn_gives_each_worker(tmp_path,
     result = subprocess.run([sys.executable, "-m", "tests.e2e.ddp_data_probe", str(mnist_data_dir), str(tmp_path)],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and result.stdout.strip().endswith("same"), result.stdout[-2000:] + result.stderr[-3000:]
+
+
+def test_schedule_probe_smoke_run(mnist_data_dir):
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "schedule_probe.py"), "--steps", "2",
+                             "--batch", "8", "--warmup", "1", "--start", "1", "--every", "1",
+                             "--data-dir", str(mnist_data_dir)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    last = result.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"RESULT first_992=(None|\d+) final=\d\.\d{4} evaluations=\[\[1, [\d.]+\], \[2, [\d.]+\]\]",
+                        last), last
