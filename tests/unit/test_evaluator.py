@@ -6,12 +6,9 @@ import time
 
 import numpy as np
 
-from estimator_mnist import runner
 from estimator_mnist.checkpoints import read_eval_results
-from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.evaluator import SavedModelExporter, evaluate_checkpoints
-from estimator_mnist.task_plan import plan_task
-from tests.unit.fakes import dataset_of, fake_mnist
+from tests.unit.fakes import tiny_estimator
 
 
 def _exporter(tmp_path, best_only, exported):
@@ -48,15 +45,9 @@ def test_the_best_exporter_exports_only_a_lower_loss_and_remembers_it_across_res
 
 
 def test_evaluator_scores_new_checkpoints_and_the_final_one_without_waiting_out_the_throttle(tmp_path):
-    images, labels = fake_mnist(64)
-    config = config_from_dict({
-        "cluster": {"chief": ["localhost:1"], "evaluator": "localhost"},
-        "training": {"batch_size_per_replica": 8, "max_steps": 4, "save_checkpoints_steps": 2},
-        "evaluation": {"batch_size": 32, "throttle_secs": 3600, "start_delay_secs": 0},
-        "model_dir": str(tmp_path / "model"),
-    }, "test")
-    estimator = runner.build_estimator(config, plan_task(config, TaskId("chief", 0)))
-    train_spec, eval_spec = runner.train_and_eval_specs(config, make_dataset=lambda split: dataset_of(images, labels))
+    config, estimator, train_spec, eval_spec = tiny_estimator(
+        tmp_path, cluster={"chief": ["localhost:1"], "evaluator": "localhost"},
+        evaluation={"batch_size": 32, "throttle_secs": 3600, "start_delay_secs": 0})
     estimator.train(train_spec.input_fn, max_steps=2)
     done = threading.Event()
     evaluator = threading.Thread(target=lambda: (evaluate_checkpoints(estimator, eval_spec, 4, poll_secs=0.1),

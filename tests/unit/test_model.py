@@ -13,7 +13,7 @@ from estimator_mnist.data import input_fn
 from estimator_mnist.export import export_checkpoint
 from estimator_mnist.model import build_network, global_batch_loss, model_fn
 from estimator_mnist.task_plan import plan_task
-from tests.unit.fakes import dataset_of, fake_mnist
+from tests.unit.fakes import dataset_of, fake_mnist, tiny_estimator
 
 ModeKeys = tf.estimator.ModeKeys
 
@@ -174,14 +174,7 @@ def test_short_estimator_run_trains_evaluates_predicts_and_exports(tmp_path, pre
 
 def test_no_checkpoint_of_the_untrained_weights(tmp_path):
     """A session start saves nothing (tf_workarounds.lean_checkpoint_start); checkpoints carry no .meta."""
-    images, labels = fake_mnist(64)
-    config = config_from_dict({
-        "cluster": {"chief": ["localhost:1"]},
-        "training": {"batch_size_per_replica": 8, "max_steps": 4, "save_checkpoints_steps": 2},
-        "model_dir": str(tmp_path / "model"),
-    }, "test")
-    estimator = runner.build_estimator(config, plan_task(config, TaskId("chief", 0)))
-    train_spec, _ = runner.train_and_eval_specs(config, make_dataset=lambda split: dataset_of(images, labels))
+    config, estimator, train_spec, _ = tiny_estimator(tmp_path)
     estimator.train(train_spec.input_fn, max_steps=2)
     estimator.train(train_spec.input_fn, max_steps=4)  # a restart: the session starts at step 2
     state = tf.train.get_checkpoint_state(config.model_dir)
