@@ -161,10 +161,10 @@ def main(argv=None) -> int:
         pipeline = {batch: pipeline_images_per_sec(defaults.data_dir, batch, args.pipeline_shards,
                                                    args.pipeline_batches)
                     for batch in sorted({args.batch, defaults.batch})}
-        default = [] if args.skip_default_run else [
+        default_runs = [] if args.skip_default_run else [
             default_run(work, defaults.data_dir, defaults.shape, args.default_max_steps,
                         defaults.save_checkpoints_steps, args.timeout) for _ in range(args.default_runs)]
-    report(args, json_path, runs, defaults.label, pipeline, default, started)
+    report(args, json_path, runs, defaults.label, pipeline, default_runs, started)
     return 0
 
 

@@ -6,9 +6,9 @@ schedule and the epochs seen, not on the CPU, so they can be measured on any
 machine, in float32 (what CPUs without bfloat16 train in), and much faster
 than by the cluster: one process trains the classic CNN on the global batch
 with Keras's training loop and scores the whole 10k test set every --every
-steps. The learning rate follows model.lr_schedule: warmup_cosine (a tenth
-of the peak rising to it over --warmup steps, then cosine to --floor x the
-peak at --steps), the same formula as estimator_mnist.model. Seconds per
+steps. The learning rate is the trainer's own model.lr_schedule:
+warmup_cosine (estimator_mnist.model computes it: a tenth of the peak rising
+to it over --warmup steps, then cosine to 0 at --steps). Seconds per
 step are the benchmark's business (keras_comparison.py); this one prints
 steps only:
 
@@ -21,7 +21,6 @@ The default run trains 2 workers x 256 = a global batch of 512.
 from __future__ import annotations
 
 import json
-import math
 import sys
 
 from common import benchmark_parser
@@ -34,7 +33,6 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--lr", type=float, default=0.003, help="peak learning rate (Adam)")
     parser.add_argument("--warmup", type=int, default=40)
-    parser.add_argument("--floor", type=float, default=0.0, help="final learning rate as a fraction of the peak")
     parser.add_argument("--dropout", type=float, default=0.4)
     parser.add_argument("--every", type=int, default=25, help="score the test set every N steps")
     parser.add_argument("--start", type=int, default=100, help="from this step on")
@@ -48,7 +46,8 @@ def main(argv=None) -> int:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     from estimator_mnist.data import IMAGE_KEY, input_fn  # pylint: disable=import-outside-toplevel
-    from estimator_mnist.model import build_network  # pylint: disable=import-outside-toplevel
+    from estimator_mnist.config.schema import ModelConfig  # pylint: disable=import-outside-toplevel
+    from estimator_mnist.model import _learning_rate, build_network  # pylint: disable=import-outside-toplevel
 
     tf.random.set_seed(args.seed)
     train = iter(input_fn(tf.estimator.ModeKeys.TRAIN, None, data_dir=args.data_dir, batch_size_per_replica=args.batch,
@@ -57,13 +56,11 @@ def main(argv=None) -> int:
                          eval_batch_size=2000))
     network = build_network("classic_cnn", "float32", args.dropout)
 
+    schedule = ModelConfig(learning_rate=args.lr, lr_schedule="warmup_cosine", warmup_steps=args.warmup)
+
     class WarmupCosine(tf.keras.optimizers.schedules.LearningRateSchedule):
         def __call__(self, step):
-            step = tf.cast(step, tf.float32)
-            warm = args.lr * (0.1 + 0.9 * step / max(1, args.warmup))
-            progress = tf.clip_by_value((step - args.warmup) / max(1, args.steps - args.warmup), 0.0, 1.0)
-            cosine = args.lr * (args.floor + (1 - args.floor) * 0.5 * (1 + tf.cos(math.pi * progress)))
-            return tf.where(step < args.warmup, warm, cosine)
+            return _learning_rate(schedule, step, args.steps)
 
     # tf.compat.v1's AdamOptimizer, which the trainer uses, has epsilon 1e-8.
     optimizer = tf.keras.optimizers.Adam(learning_rate=WarmupCosine(), epsilon=1e-8)

@@ -8,6 +8,8 @@ model.precision by the task); nothing is read from module globals.
 
 from __future__ import annotations
 
+import math
+
 import tensorflow as tf
 
 from .data import IMAGE_KEY
@@ -64,10 +66,13 @@ def _learning_rate(model_config, global_step, max_steps):
     # warmup_cosine: measured to reach 99.2% in fewer epochs than a decay to a tenth
     # (docs/performance.md, "How the defaults were chosen"). The warm-up keeps
     # Adam's first steps, whose second-moment estimates are still poor, small.
+    # Plain ops rather than tf.compat.v1.train.cosine_decay, which hands back a function when run eagerly:
+    # benchmarks/schedule_probe.py evaluates this same schedule under Keras.
     warmup = min(model_config.warmup_steps, max_steps - 1)
     step = tf.cast(global_step, tf.float32)
     warming = peak * (0.1 + 0.9 * step / max(1, warmup))
-    decaying = tf.compat.v1.train.cosine_decay(peak, tf.maximum(global_step - warmup, 0), max_steps - warmup)
+    progress = tf.minimum(tf.maximum(step - warmup, 0.0) / (max_steps - warmup), 1.0)
+    decaying = peak * 0.5 * (1.0 + tf.cos(math.pi * progress))
     return tf.where(step < warmup, warming, decaying)
 
 
