@@ -13,6 +13,7 @@ import math
 import tensorflow as tf
 
 from .data import IMAGE_KEY
+from .gradient_compression import compress_gradients
 from .preemption import add_preemption_counter
 from .tf_workarounds import ReleaseSyncTokensHook, float32_variables
 
@@ -132,7 +133,7 @@ def model_fn(features, labels, mode, params, config=None):
     global_step = tf.compat.v1.train.get_or_create_global_step()
     learning_rate = _learning_rate(model_config, global_step, params["max_steps"])
     tf.compat.v1.summary.scalar("learning_rate", learning_rate)
-    optimizer = _optimizer(model_config, learning_rate)
+    optimizer = compress_gradients(_optimizer(model_config, learning_rate), params.get("gradient_compression", "none"))
     if precision == "mixed_float16":
         # float16's narrow range flushes small gradients to zero; scaling the
         # loss (dynamically, skipping steps that overflow) keeps them.

@@ -51,6 +51,8 @@ def _strategy_text(config: Config, plan: TaskPlan, strategy) -> str:
     if config.strategy.name == "multi_worker_mirrored":
         text += (f" communication={config.strategy.communication} "
                  f"collective_timeout_secs={config.strategy.collective_timeout_secs or 'none'}")
+    if config.strategy.name in ("multi_worker_mirrored", "mirrored"):
+        text += f" gradient_compression={config.strategy.gradient_compression}"
     return text
 
 
@@ -85,7 +87,8 @@ def build_estimator(config: Config, plan: TaskPlan, strategy=None, precision: st
         tf_random_seed=training.seed,
     )
     params = {"config": config.model, "batch_size_per_replica": training.batch_size_per_replica,
-              "max_steps": training.max_steps, "sync_replicas": plan.sync_replicas, "precision": precision}
+              "max_steps": training.max_steps, "sync_replicas": plan.sync_replicas, "precision": precision,
+              "gradient_compression": config.strategy.gradient_compression}
     return tf.estimator.Estimator(model_fn=model_fn, config=run_config, params=params)
 
 

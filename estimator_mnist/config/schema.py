@@ -29,6 +29,7 @@ RESTART_POLICIES = ("never", "on_failure")
 NETWORK_MODES = ("auto", "private", "host")
 LR_SCHEDULES = ("warmup_cosine", "cosine", "constant")
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
+GRADIENT_COMPRESSIONS = ("none", "fp16", "bf16")
 
 
 def _opt(default, *, check=None, choices=None, kind=None, doc="", strategies=None):
@@ -117,6 +118,10 @@ class StrategyConfig:
                               doc="all-reduce between workers: ring (gRPC), nccl (GPUs) or auto")
     collective_timeout_secs: int = _opt(300, check=v.non_negative, kind=int, strategies=("multi_worker_mirrored",),
                                         doc="an all-reduce that waits longer fails with DeadlineExceeded; 0 = no limit")
+    gradient_compression: str = _opt("none", choices=GRADIENT_COMPRESSIONS,
+                                     strategies=("multi_worker_mirrored", "mirrored"),
+                                     doc="gradients all-reduced as float32 (none), float16 or bfloat16; the "
+                                         "variables and their update stay float32")
     replicas_to_aggregate: Optional[int] = _opt(None, check=v.positive, kind=int, strategies=("parameter_server_sync",),
                                                 doc="gradients averaged per step; fewer than the replicas leaves the "
                                                     "rest as backup workers (default: all replicas)")

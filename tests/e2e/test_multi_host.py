@@ -25,7 +25,7 @@ data_dir: {data_dir}
 """
 MWMS = """
 cluster: {{chief: ["192.0.2.1:2222"], worker: ["192.0.2.2:2222"]{evaluator}}}
-strategy: {{name: multi_worker_mirrored, collective_timeout_secs: {collective}}}
+strategy: {{name: multi_worker_mirrored, collective_timeout_secs: {collective}, gradient_compression: {compression}}}
 tasks: {{worker: {{gpus: [1]}}, all: {{step_delay_ms: {delay}}}}}
 """ + TRAINING
 PS = """
@@ -45,6 +45,7 @@ def hosts():
 
 def write(tmp_path, template, mnist_data_dir, **fields):
     path = tmp_path / "cluster.yaml"
+    fields.setdefault("compression", "none")
     path.write_text(template.format(root=tmp_path, data_dir=mnist_data_dir, **fields), encoding="utf-8")
     return path
 
@@ -59,7 +60,8 @@ def log_of(tmp_path, task):
 
 
 def test_mwms_across_two_hosts_finishes_and_applies_each_task_s_settings(tmp_path, mnist_data_dir, hosts):
-    path = write(tmp_path, MWMS, mnist_data_dir, steps=40, save=20, collective=60, delay=0,
+    # bfloat16 on the wire: a real cross-process all-reduce of 16-bit gradients (the unit tier has one process).
+    path = write(tmp_path, MWMS, mnist_data_dir, steps=40, save=20, collective=60, delay=0, compression="bf16",
                  evaluator=', evaluator: 192.0.2.1')
     procs = start(hosts, path, ["chief:0", "worker:0", "evaluator:0"], tmp_path)
     ended = hosts.wait_all(procs, timeout=400)
@@ -69,6 +71,7 @@ def test_mwms_across_two_hosts_finishes_and_applies_each_task_s_settings(tmp_pat
     assert ended["chief:0"] >= ended["evaluator:0"] - 1  # the chief waited for the final evaluation
     first = next(line for line in log_of(tmp_path, "worker:0").splitlines() if "role=worker" in line)
     assert "CUDA_VISIBLE_DEVICES='1'" in first  # the worker's gpus, applied on the host that runs it
+    assert "gradient_compression=bf16" in first
 
 
 def test_async_ps_across_two_hosts_ends_every_task_by_itself(tmp_path, mnist_data_dir, hosts):
