@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import tensorflow as tf
+from tensorflow.python.autograph.impl.api import autograph_artifact
 
 from .data import IMAGE_KEY
 from .gradient_compression import compress_gradients
@@ -98,6 +99,12 @@ def global_batch_loss(labels, logits, global_batch_size):
         reduction=tf.compat.v1.losses.Reduction.SUM, loss_collection=None)
 
 
+# TF 2.15: under a distribution strategy (mirrored_run.call_for_each_replica) AutoGraph parsed and
+# rewrote model_fn and everything it calls, about 0.5 s of each trainer's start-up, although it is
+# graph-building Python with no tensor-dependent control flow. Marked as AutoGraph's own artifact it is
+# called as it is (tf.autograph.experimental.do_not_convert would hide its arguments from Estimator,
+# which then refuses it). Pinned by tests/unit/test_model.py::test_autograph_leaves_model_fn_alone.
+@autograph_artifact
 def model_fn(features, labels, mode, params, config=None):
     model_config = params["config"]
     images = features[IMAGE_KEY] if isinstance(features, dict) else features

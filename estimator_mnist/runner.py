@@ -26,7 +26,7 @@ from .progress import ProgressWriter, fresh_rates, progress_path
 from .roles import DoneSignalHook, run_evaluator, run_ps, run_trainer
 from .strategy import build_train_strategy, configure_devices, gpu_capabilities, session_config
 from .task_plan import TaskPlan, describe, resolve_precision
-from .tf_workarounds import (TeardownWatchdogHook, bound_session_recreation, lean_checkpoint_start,
+from .tf_workarounds import (TeardownWatchdogHook, bound_session_recreation, lean_checkpoint_start, lean_events_graph,
                              remove_collective_scratch)
 
 # TensorFlow's errors for a peer that is gone or unreachable, or a wait that timed out: a restart can cure them.
@@ -72,6 +72,7 @@ def first_log_line(config: Config, plan: TaskPlan, strategy, precision: str, pri
 def build_estimator(config: Config, plan: TaskPlan, strategy=None, precision: str = "float32"):
     training = config.training
     lean_checkpoint_start()
+    lean_events_graph()
     run_config = tf.estimator.RunConfig(
         model_dir=config.model_dir,
         train_distribute=strategy,

@@ -9,7 +9,9 @@ this file stays the index:
   None; pinned by tests/e2e/test_strategies_run.py::test_mirrored_replicates_over_two_devices);
 - the startup watchdog is the task's parent process (task_process.py): while
   TF sets up a MultiWorkerMirrored cluster it holds the GIL, so no thread of
-  the task could act (tests/e2e/test_cluster_run.py::test_a_peer_that_never_starts_is_named_within_the_timeout).
+  the task could act (tests/e2e/test_cluster_run.py::test_a_peer_that_never_starts_is_named_within_the_timeout);
+- model_fn is marked as AutoGraph's own artifact (model.py): under a strategy AutoGraph rewrote it and
+  all it calls at every trainer's start (tests/unit/test_model.py::test_autograph_leaves_model_fn_alone).
 """
 
 from __future__ import annotations
@@ -85,6 +87,46 @@ def lean_checkpoint_start() -> None:
 
     after_create_session._lean = True
     hook.after_create_session = after_create_session
+
+
+def lean_events_graph() -> None:
+    """TF 2.15: the first summary writer of a model_dir held the first step back by about 1.5 s.
+
+    `FileWriterCache.get` makes its FileWriter with the default graph, and the
+    writer serialises that graph twice with every tensor's shape added
+    (`as_graph_def(add_shapes=True)`), then a MetaGraphDef, all in pure-Python
+    protobuf (see lean_checkpoint_start). The first hook to ask for a writer
+    (ours, or Estimator's SummarySaverHook) paid it before the first step, and
+    the evaluator before its first result. Now the writer gets the GraphDef's
+    bytes straight from TensorFlow's C API, with no shapes and no MetaGraphDef:
+    TensorBoard's Graphs tab still shows the graph, without shapes on its
+    edges. Pinned by tests/unit/test_model.py::test_the_events_file_gets_the_graph_without_python_protobuf.
+    """
+    cache = tf.compat.v1.summary.FileWriterCache
+    if getattr(cache.get, "_lean", False):
+        return
+    # pylint: disable=import-outside-toplevel
+    from tensorflow.core.util import event_pb2
+    from tensorflow.python.client import pywrap_tf_session
+    from tensorflow.python.framework import c_api_util
+
+    def graph_def_bytes(graph) -> bytes:
+        with graph._lock, c_api_util.tf_buffer() as buffer:  # pylint: disable=protected-access
+            with graph._c_graph.get() as c_graph:  # pylint: disable=protected-access
+                pywrap_tf_session.TF_GraphToGraphDef(c_graph, buffer)
+                return bytes(pywrap_tf_session.TF_GetBuffer(buffer))
+
+    def get(logdir):
+        with cache._lock:  # pylint: disable=protected-access
+            if logdir not in cache._cache:  # pylint: disable=protected-access
+                writer = tf.compat.v1.summary.FileWriter(logdir)
+                writer.add_event(event_pb2.Event(wall_time=time.time(),
+                                                 graph_def=graph_def_bytes(tf.compat.v1.get_default_graph())))
+                cache._cache[logdir] = writer  # pylint: disable=protected-access
+            return cache._cache[logdir]  # pylint: disable=protected-access
+
+    get._lean = True
+    cache.get = staticmethod(get)
 
 
 def poll_for_ready_model_quickly() -> None:

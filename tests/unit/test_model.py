@@ -207,3 +207,46 @@ def test_warmup_cosine_rises_from_a_tenth_to_the_peak_then_falls_to_zero():
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:  # warm-up longer than the run: capped
         rate = _learning_rate(ModelConfig(learning_rate=0.002, warmup_steps=500), tf.constant(0, tf.int64), 4)
         assert session.run(rate) == pytest.approx(0.0002)
+
+
+def test_the_events_file_gets_the_graph_without_python_protobuf(tmp_path, monkeypatch):
+    from estimator_mnist.tf_workarounds import lean_events_graph
+
+    lean_events_graph()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the GraphDef went through pure-Python protobuf")
+
+    monkeypatch.setattr(tf.Graph, "as_graph_def", refuse)
+    with tf.Graph().as_default():
+        tf.constant(1.0, name="marker")
+        tf.compat.v1.summary.FileWriterCache.get(str(tmp_path)).flush()
+    graphs = [event.graph_def for path in tmp_path.glob("events.out.tfevents.*")
+              for event in tf.compat.v1.train.summary_iterator(str(path)) if event.graph_def]
+    assert len(graphs) == 1
+    assert "marker" in {node.name for node in tf.compat.v1.GraphDef.FromString(graphs[0]).node}
+
+
+def test_autograph_leaves_model_fn_alone(monkeypatch):
+    from tensorflow.python.autograph.pyct import transpiler
+
+    converted = []
+    transform = transpiler.PyToPy.transform_function
+
+    def recording(self, fn, *args, **kwargs):
+        converted.append(getattr(fn, "__name__", str(fn)))
+        return transform(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(transpiler.PyToPy, "transform_function", recording)
+    strategy = tf.compat.v1.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with tf.Graph().as_default(), strategy.scope():
+        tf.compat.v1.train.get_or_create_global_step()
+        params = {"config": ModelConfig(), "batch_size_per_replica": 8, "max_steps": 100}
+
+        def replica_step():
+            return model_fn({"image": tf.random.uniform([8, 28, 28, 1])}, tf.zeros([8], tf.int64),
+                            ModeKeys.TRAIN, params).loss
+
+        strategy.extended.call_for_each_replica(replica_step)
+    assert "replica_step" in converted  # AutoGraph did run, on what it was given
+    assert not {"model_fn", "global_batch_loss", "_learning_rate"} & set(converted)
