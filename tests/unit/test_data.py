@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_mnist.data import input_fn
+from estimator_mnist import decoded_mnist
+from estimator_mnist.data import input_fn, load_split_numpy
 from estimator_mnist.errors import UsageError
 
 TRAIN = tf.estimator.ModeKeys.TRAIN
@@ -58,11 +59,38 @@ def test_unprepared_data_dir_names_the_fix(tmp_path):
         input_fn(EVAL, None, data_dir=str(tmp_path), batch_size_per_replica=8)
 
 
-def test_prepared_splits_load_through_tfds(tmp_path):
-    """load_split on TFDS's own mock of a prepared MNIST: no files, no network."""
-    import tensorflow_datasets as tfds
+def write_copy(data_dir, count=12):
+    """A decoded copy whose image i is filled with i and whose label i is i % 10."""
+    images = np.repeat(np.arange(count, dtype=np.uint8), 28 * 28).reshape(count, 28, 28, 1)
+    labels = np.arange(count) % 10
+    return decoded_mnist.write(data_dir, {"train": (images, labels), "test": (images, labels)}, source="test")
 
-    with tfds.testing.mock_data(num_examples=12):
-        batches = list(input_fn(EVAL, None, data_dir=str(tmp_path), batch_size_per_replica=4, eval_batch_size=5))
+
+def test_prepared_splits_load_from_the_decoded_copy_in_order(tmp_path):
+    write_copy(tmp_path)
+    batches = list(input_fn(EVAL, None, data_dir=str(tmp_path), batch_size_per_replica=4, eval_batch_size=5))
     assert [int(labels.shape[0]) for _, labels in batches] == [5, 5, 2]
     assert batches[0][0]["image"].shape[1:] == (28, 28, 1) and batches[0][0]["image"].dtype == tf.float32
+    labels = np.concatenate([labels.numpy() for _, labels in batches])
+    assert labels.tolist() == [i % 10 for i in range(12)]
+    pixels = np.concatenate([features["image"].numpy()[:, 0, 0, 0] for features, _ in batches])
+    np.testing.assert_allclose(pixels, np.arange(12) / 255.0, rtol=1e-6)
+    images, labels = load_split_numpy("test", str(tmp_path))
+    assert images.shape == (12, 28, 28, 1) and images.dtype == np.uint8 and labels.dtype == np.int64
+
+
+def test_a_truncated_copy_names_the_file_and_the_fix(tmp_path):
+    copy = write_copy(tmp_path)
+    with open(copy / "train.images", "r+b") as handle:
+        handle.truncate(100)
+    with pytest.raises(UsageError, match=rf"MNIST is not prepared in {tmp_path} \({copy}/train.images has 100 bytes, "
+                                         rf"expected 9408\); run 'estimator-mnist prepare-data --data-dir {tmp_path}'"):
+        input_fn(TRAIN, None, data_dir=str(tmp_path), batch_size_per_replica=4)
+    input_fn(EVAL, None, data_dir=str(tmp_path), batch_size_per_replica=4)  # the test split is intact
+
+
+def test_a_newer_copy_replaces_the_old_one_whole(tmp_path):
+    write_copy(tmp_path, count=12)
+    write_copy(tmp_path, count=3)
+    assert [name.name for name in tmp_path.iterdir()] == [decoded_mnist.DIRECTORY]  # no staging left behind
+    assert decoded_mnist.size_of(tmp_path, "train") == 3 and decoded_mnist.problem(tmp_path) is None

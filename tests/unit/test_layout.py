@@ -18,7 +18,7 @@ TF_FREE = ["estimator_mnist.errors", "estimator_mnist.config", "estimator_mnist.
            "estimator_mnist.topology", "estimator_mnist.hosts", "estimator_mnist.tasklog", "estimator_mnist.task_plan", "estimator_mnist.cpu",
            "estimator_mnist.files", "estimator_mnist.progress", "estimator_mnist.checkpoints",
            "estimator_mnist.netns", "estimator_mnist.netns_holder", "estimator_mnist.peers", "estimator_mnist.task_process",
-           "estimator_mnist.data_prep", "estimator_mnist.mnist_files", "estimator_mnist.launch",
+           "estimator_mnist.data_prep", "estimator_mnist.decoded_mnist", "estimator_mnist.mnist_files", "estimator_mnist.launch",
            "estimator_mnist.predict", "estimator_mnist.run_summary", "estimator_mnist.tf_noise",
            "estimator_mnist.tf_config_env", "estimator_mnist.tfjob", "estimator_mnist.ensemble_plan",
            "estimator_mnist.sweep", "estimator_mnist.sweep.space", "estimator_mnist.sweep.devices",

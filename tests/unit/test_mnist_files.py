@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from estimator_mnist import data_prep, mnist_files
+from estimator_mnist import data_prep, decoded_mnist, mnist_files
 from estimator_mnist.errors import UsageError
 
 
@@ -108,11 +108,14 @@ def test_prepare_lock_serialises_callers(tmp_path):
 
 
 
-def test_prepared_means_a_finished_tfds_version_directory(tmp_path):
+def test_prepared_means_a_finished_tfds_version_directory_and_its_decoded_copy(tmp_path):
     assert not data_prep.is_prepared(tmp_path)
     (tmp_path / "mnist" / "3.0.1.incompleteABC").mkdir(parents=True)
     (tmp_path / "mnist" / "3.0.1.incompleteABC" / "dataset_info.json").write_text("{}")
     assert not data_prep.is_prepared(tmp_path)  # TFDS renames it into place only when complete
     (tmp_path / "mnist" / "3.0.1").mkdir()
     (tmp_path / "mnist" / "3.0.1" / "dataset_info.json").write_text("{}")
+    assert not data_prep.is_prepared(tmp_path)  # prepared by an older version: no decoded copy yet
+    pair = (np.zeros((2, 28, 28), np.uint8), np.zeros(2, np.int64))
+    decoded_mnist.write(tmp_path, {"train": pair, "test": pair}, source="test")
     assert data_prep.is_prepared(tmp_path)
