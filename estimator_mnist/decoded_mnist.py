@@ -20,9 +20,10 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 DIRECTORY = "estimator_mnist_decoded"
 FORMAT = 1
@@ -70,12 +71,14 @@ def problem(data_dir, splits=tuple(SPLIT_SIZES)) -> Optional[str]:
     return None
 
 
-def write(data_dir, splits: Dict[str, Tuple[np.ndarray, np.ndarray]], source: str) -> Path:
+def write(data_dir, splits: Dict[str, Tuple["np.ndarray", "np.ndarray"]], source: str) -> Path:
     """Writes the copy from (images [N, 28, 28(, 1)] uint8, labels [N]) per split, replacing any older one.
 
     Written into a temporary directory and renamed into place, so a copy that
     exists is complete.
     """
+    import numpy as np  # here: every task's parent process imports this module, and only prepare-data writes
+
     data_dir = Path(data_dir).expanduser()
     final = directory(data_dir)
     staging = Path(tempfile.mkdtemp(dir=data_dir, prefix=f".{DIRECTORY}-"))
