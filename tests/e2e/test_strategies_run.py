@@ -117,7 +117,7 @@ def test_mirrored_replicates_over_two_devices(tmp_path, mnist_data_dir):
     code, out, summary = launch_cluster(tmp_path, MIRRORED, 1, steps=steps, data_dir=mnist_data_dir)
     assert_clean_finish(code, out, summary, steps)
     chief_log = task_log(summary, "chief:0")
-    assert "strategy=mirrored (MirroredStrategyV1) replicas_in_sync=2" in chief_log
+    assert "strategy=mirrored (MirroredStrategyV1) gradient_compression=none replicas_in_sync=2" in chief_log
     assert "devices=[/device:CPU:0, /device:CPU:1]" in chief_log
     assert summary["accuracy"] is not None and summary["evaluations"][-1]["global_step"] == steps
 

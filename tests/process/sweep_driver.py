@@ -10,7 +10,7 @@ model.dropout over as many values as there are scripts, two at a time.
 import sys
 from pathlib import Path
 
-from estimator_mnist.sweep import build_plan, run_sweep
+from estimator_mnist.sweep.run import build_plan, run_sweep
 
 FAKE = str(Path(__file__).parent / "fake_trial.py")
 

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 from estimator_mnist.errors import INTERRUPTED_EXIT_CODE
-from estimator_mnist.sweep import build_plan, records, run_sweep
+from estimator_mnist.sweep import records
+from estimator_mnist.sweep.run import build_plan, run_sweep
 from tests.helpers import REPO, descendants, pids_alive
 
 FAKE = str(Path(__file__).parent / "fake_trial.py")

@@ -11,7 +11,8 @@ import yaml
 from estimator_mnist import ensemble_plan
 from estimator_mnist.config import TaskId, config_from_dict, load_config
 from estimator_mnist.errors import UsageError
-from estimator_mnist.sweep import build_plan, records
+from estimator_mnist.sweep import records
+from estimator_mnist.sweep.run import build_plan
 from estimator_mnist.sweep.devices import Device
 from estimator_mnist.sweep.stopping import median_verdict, value_at
 from estimator_mnist.sweep.trials import on_device, trial_data, write_trial_yaml
