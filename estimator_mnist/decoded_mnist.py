@@ -41,26 +41,24 @@ def files(data_dir, split: str) -> Tuple[Path, Path]:
     return root / f"{split}.images", root / f"{split}.labels"
 
 
-def _manifest(data_dir) -> Optional[dict]:
+def counts(data_dir) -> Optional[Dict[str, int]]:
+    """Examples per split, as the copy's manifest gives them; None without a readable manifest of this format."""
     try:
         manifest = json.loads((directory(data_dir) / "manifest.json").read_text())
-    except (OSError, ValueError):
+        if manifest.get("format") != FORMAT:
+            return None
+        return {str(split): int(count) for split, count in manifest["splits"].items()}
+    except (OSError, ValueError, TypeError, AttributeError, KeyError):
         return None
-    return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
-
-
-def size_of(data_dir, split: str) -> int:
-    """How many examples the copy holds for `split` (0 when it has no such split)."""
-    manifest = _manifest(data_dir) or {}
-    return int(manifest.get("splits", {}).get(split, 0))
 
 
 def problem(data_dir, splits=tuple(SPLIT_SIZES)) -> Optional[str]:
     """Why the copy cannot be read (missing, from another format, truncated), or None when it can."""
-    if _manifest(data_dir) is None:
+    found_counts = counts(data_dir)
+    if found_counts is None:
         return f"no decoded copy in {directory(data_dir)}"
     for split in splits:
-        count = size_of(data_dir, split)
+        count = found_counts.get(split, 0)
         if count <= 0:
             return f"the decoded copy in {directory(data_dir)} has no {split} split"
         for path, expected in zip(files(data_dir, split), (count * IMAGE_BYTES, count)):

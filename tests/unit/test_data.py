@@ -93,4 +93,11 @@ def test_a_newer_copy_replaces_the_old_one_whole(tmp_path):
     write_copy(tmp_path, count=12)
     write_copy(tmp_path, count=3)
     assert [name.name for name in tmp_path.iterdir()] == [decoded_mnist.DIRECTORY]  # no staging left behind
-    assert decoded_mnist.size_of(tmp_path, "train") == 3 and decoded_mnist.problem(tmp_path) is None
+    assert decoded_mnist.counts(tmp_path) == {"train": 3, "test": 3} and decoded_mnist.problem(tmp_path) is None
+
+
+@pytest.mark.parametrize("manifest", ["", "[]", '{"format": 1}', '{"format": 1, "splits": [3]}', '{"format": 0, "splits": {}}'])
+def test_an_unreadable_manifest_is_no_copy(tmp_path, manifest):
+    copy = write_copy(tmp_path)
+    (copy / "manifest.json").write_text(manifest)
+    assert decoded_mnist.problem(tmp_path) == f"no decoded copy in {copy}"
