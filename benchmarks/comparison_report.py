@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from estimator_mnist.cpu import available_cores, cpu_kind, cpu_model
+from estimator_mnist.cpu import cpu_kind, cpu_model, usable_cpus
 
 from common import DEFAULT_CONFIG, REPO, write_json
 from comparison_figures import Run, paired, ratios, stats, window
@@ -59,7 +59,7 @@ def table(runs: List[Run], defaults_label: str) -> List[str]:
 
 
 def machine() -> str:
-    return (f"{cpu_model()} ({cpu_kind()}), {os.cpu_count()} CPUs visible, {available_cores()} usable, "
+    return (f"{cpu_model()} ({cpu_kind()}), {os.cpu_count()} CPUs visible, {len(usable_cpus())} usable, "
             f"Python {platform.python_version()}")
 
 

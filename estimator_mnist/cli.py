@@ -122,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", metavar="FILE", help="the cluster YAML (optional when TF_CONFIG is set)")
     p.add_argument("--task", metavar="TYPE:INDEX", help="e.g. chief:0, worker:1, evaluator:0")
     p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)  # set by train's parent for its child
+    # Also for the child: the CPUs its parent planned from, before the parent pinned itself to its share.
+    p.add_argument("--usable-cpus", help=argparse.SUPPRESS)
     _paths(p)
 
     p = add("tf-config", commands.cmd_tf_config, "print the TF_CONFIG JSON of one task, to export on its machine")

@@ -72,13 +72,16 @@ def _config_and_task(args):
 
 def cmd_train(args) -> int:
     """The parent (task_process.py) without --ready-fd; the child that runs TensorFlow with it."""
+    from .cpu import usable_cpus
     from .hosts import all_on_loopback
     from .task_plan import apply_to_this_process, plan_task
 
     config, task, tf_config, operator, notes = _config_and_task(args)
     for note in notes if args.ready_fd is None else ():  # the parent says it; its child reads the same input
         print(f"estimator-mnist: {note}", file=sys.stderr, flush=True)
-    plan = plan_task(config, task, tf_config, gpus_from_pod=operator)
+    # The child plans from the CPUs its parent saw, not from the share the parent pinned itself (and it) to.
+    cpu_set = tuple(int(c) for c in args.usable_cpus.split(",")) if args.usable_cpus else usable_cpus()
+    plan = plan_task(config, task, tf_config, cpu_set=cpu_set, gpus_from_pod=operator)
     given_tf_config = os.environ.get("TF_CONFIG")  # the child reads the same input as this process did
     priority = apply_to_this_process(plan)  # before TensorFlow is imported: env, umask, CPU priority
     if args.ready_fd is not None:
@@ -92,7 +95,8 @@ def cmd_train(args) -> int:
     from .task_process import run_task_process
 
     return run_task_process(args, plan, config.training.session_creation_timeout_secs,
-                            config.training.preemption_grace_secs, given_tf_config)
+                            config.training.preemption_grace_secs, given_tf_config, cpu_set,
+                            (config.run_dir, config.model_dir))
 
 
 def _run_child(config, plan, priority, ready_fd) -> int:

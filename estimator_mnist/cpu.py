@@ -9,8 +9,14 @@ import psutil
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
-def available_cores() -> int:
-    return len(psutil.Process().cpu_affinity() or []) or psutil.cpu_count() or 1
+def usable_cpus() -> tuple:
+    """The CPUs this process may run on (its affinity, e.g. a sweep trial's or a container's cores)."""
+    return tuple(sorted(psutil.Process().cpu_affinity() or range(psutil.cpu_count() or 1)))
+
+
+def pin_to(cpus) -> None:
+    """Pins this process to `cpus`; TensorFlow's threads, started later, and child processes inherit it."""
+    psutil.Process().cpu_affinity(list(cpus))
 
 
 def _cpuinfo(cpuinfo_path: str) -> dict:

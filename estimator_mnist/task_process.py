@@ -12,31 +12,57 @@ The parent exists so that a task always ends with a code of the exit table
   a grace period is killed (MultiWorkerMirrored ignores SIGTERM). SIGTERM
   means "stop, you will be restarted": 200; Ctrl-C: 130.
 The child reports that its session exists by writing to a pipe (--ready-fd).
+
+An evaluator on the trainers' machine starts its child only once a trainer
+has taken a step (or a checkpoint exists): importing TensorFlow and building
+its graph beside them delayed their first step by 0.5 to 3.5 s on 2 cores,
+even at SCHED_IDLE, and there is nothing to evaluate before a checkpoint.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import select
 import signal
 import subprocess
 import sys
 import time
-from typing import List, Optional
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from .errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE
+from . import checkpoints
 from .launch.processes import describe_exit, die_with_parent
 from .peers import describe_missing, missing_peers, peers_of
+from .progress import FRESH_SECS, read_progress
 from .task_plan import TaskPlan
 from .tasklog import log
 
 STOP_GRACE_SECS = 10.0  # after Ctrl-C
 REPEAT_SECS = 2.0  # a SIGTERM this soon after the first is the same request
+GATE_POLL_SECS = 0.2
 
 
-def child_command(args, ready_fd: int) -> List[str]:
-    """The same `train` command, run as the child that imports TensorFlow."""
+def trainers_under_way(run_dir: str, model_dir: str, since: float, now: Optional[float] = None) -> bool:
+    """A checkpoint exists, or a trainer's progress record shows a step taken since `since` or a recent one."""
+    if checkpoints.latest_checkpoint(model_dir):
+        return True
+    now = time.time() if now is None else now
+    for name, record in (read_progress(run_dir) if run_dir else {}).items():
+        if name.split(":")[0] not in ("chief", "worker"):
+            continue
+        if (record.get("first_step_time") or 0) >= since:
+            return True
+        if not record.get("done") and record.get("time") and now - record["time"] <= FRESH_SECS:
+            return True  # training already (an evaluator started by hand after the trainers)
+    return False
+
+
+def child_command(args, ready_fd: int, cpu_set: Sequence[int] = ()) -> List[str]:
+    """The same `train` command, run as the child that imports TensorFlow, planning from the parent's CPUs."""
     command = [sys.executable, "-m", "estimator_mnist", "train", "--ready-fd", str(ready_fd)]
+    if cpu_set:
+        command += ["--usable-cpus", ",".join(map(str, cpu_set))]
     for flag, value in (("--cluster", args.cluster), ("--task", args.task), ("--model-dir", args.model_dir),
                         ("--data-dir", args.data_dir), ("--run-dir", args.run_dir)):
         if value is not None:
@@ -47,8 +73,10 @@ def child_command(args, ready_fd: int) -> List[str]:
 
 
 class TaskParent:
-    def __init__(self, plan: TaskPlan, session_timeout_secs: float, preemption_grace_secs: float = 25.0):
+    def __init__(self, plan: TaskPlan, session_timeout_secs: float, preemption_grace_secs: float = 25.0,
+                 start_gate: Optional[Callable[[], bool]] = None):
         self.plan = plan
+        self.start_gate = start_gate  # the child starts once this says True
         self.session_timeout_secs = session_timeout_secs
         # The child stops by itself within its grace period after SIGTERM; this is the backstop.
         self.sigterm_grace_secs = preemption_grace_secs + 5.0
@@ -91,6 +119,16 @@ class TaskParent:
         self.child.wait()
         return False
 
+    def _wait_for_gate(self) -> bool:
+        """False when a stop signal came first."""
+        log(f"task {self.plan.task}: starts TensorFlow once a trainer on this machine has taken a step or a "
+            "checkpoint exists (beside them, its start-up slows theirs)")
+        while self.stop_signal is None:
+            if self.start_gate():
+                return True
+            time.sleep(GATE_POLL_SECS)
+        return False
+
     def exit_code(self, returncode: int) -> int:
         """The child's fate on the exit table."""
         if self.stop_signal == signal.SIGINT:
@@ -106,6 +144,9 @@ class TaskParent:
     def run(self, command: List[str], ready_write: int, ready_read: int, env: Optional[dict] = None) -> int:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
+            if self.start_gate is not None and not self._wait_for_gate():
+                os.close(ready_write)
+                return self.exit_code(0)  # stopped before it started: 130 or 200 as for a child
             self.child = subprocess.Popen(command, pass_fds=(ready_write,), preexec_fn=die_with_parent, env=env)
             os.close(ready_write)
             if self._needs_startup_watchdog() and not self._wait_ready(ready_read):
@@ -129,13 +170,18 @@ def child_environment(environ, given_tf_config: Optional[str]) -> dict:
 
 
 def run_task_process(args, plan: TaskPlan, session_timeout_secs: float, preemption_grace_secs: float,
-                     given_tf_config: Optional[str] = None) -> int:
+                     given_tf_config: Optional[str] = None, cpu_set: Sequence[int] = (),
+                     dirs: Tuple[str, str] = ("", "")) -> int:
     """Runs the task of `args` in a child process and returns the task's exit code.
 
     The child gets this process's environment (the plan is applied) but the TF_CONFIG this process was given,
-    so that it reads the same input and makes the same plan.
+    and the CPUs this process planned from, so that it reads the same input and makes the same plan.
+    `dirs`: (run_dir, model_dir), where an evaluator beside trainers sees them start.
     """
+    gate = None
+    if plan.starts_after_trainers:
+        gate = functools.partial(trainers_under_way, *dirs, time.time())
     ready_read, ready_write = os.pipe()
-    parent = TaskParent(plan, session_timeout_secs, preemption_grace_secs)
-    return parent.run(child_command(args, ready_write), ready_write, ready_read,
+    parent = TaskParent(plan, session_timeout_secs, preemption_grace_secs, gate)
+    return parent.run(child_command(args, ready_write, cpu_set), ready_write, ready_read,
                       child_environment(os.environ, given_tf_config))

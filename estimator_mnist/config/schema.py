@@ -150,6 +150,9 @@ class TaskSettings:
     intra_op_threads: Any = _opt("auto", check=v.threads, kind="threads",
                                  doc="auto: this machine's cores split between its training tasks")
     inter_op_threads: Any = _opt("auto", check=v.threads, kind="threads")
+    pin_cores: bool = _opt(True, kind=bool,
+                           doc="a trainer sharing its machine with other trainers runs only on its own share of "
+                               "the cores (CPU affinity), as auto threads assume")
     step_delay_ms: int = _opt(0, check=v.non_negative, kind=int,
                               doc="sleep after each training step of this task, to rehearse a straggler")
 

@@ -122,3 +122,32 @@ def test_planning_changes_nothing_and_applying_sets_env_and_tf_config(monkeypatc
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
     assert json.loads(os.environ["TF_CONFIG"])["task"] == {"type": "worker", "index": 1}
     assert "CUDA_VISIBLE_DEVICES='1'" in describe(task_plan) and "umask=027" in describe(task_plan)
+
+
+def test_trainers_sharing_a_machine_each_get_their_share_of_its_cores():
+    two = make({"chief": ["localhost:1"], "worker": ["localhost:2"], "evaluator": "localhost"})
+    assert [plan(two, t, cpu_set=(0, 1)).cpus for t in (CHIEF, WORKER0)] == [(0,), (1,)]
+    assert [plan(two, t, cpu_set=(0, 1, 2, 3)).cpus for t in (CHIEF, WORKER0)] == [(0, 1), (2, 3)]
+    # A sweep trial or a container gives fewer CPUs: the shares come out of those.
+    assert [plan(two, t, cpu_set=(6, 2)).cpus for t in (CHIEF, WORKER0)] == [(2,), (6,)]
+    assert plan(two, CHIEF, cpu_set=(0, 1, 2, 3)).intra_op_threads == 2  # auto threads fill the share
+    assert "cpus=2,3 intra_op_threads=2" in describe(plan(two, WORKER0, cpu_set=(0, 1, 2, 3)))
+
+
+@pytest.mark.parametrize("cluster, tasks, task, cpu_set", [
+    ({"chief": ["localhost:1"], "evaluator": "localhost"}, {}, CHIEF, (0, 1)),       # alone on its machine
+    ({"chief": ["a:1"], "worker": ["b:2"]}, {}, CHIEF, (0, 1)),                      # one trainer per machine
+    (CLUSTER, {}, CHIEF, (0, 1)),                                                    # fewer cores than trainers
+    ({"chief": ["localhost:1"], "worker": ["localhost:2"]}, {"all": {"pin_cores": False}}, WORKER0, (0, 1)),
+    ({"chief": ["localhost:1"], "worker": ["localhost:2"], "evaluator": "localhost"}, {}, EVALUATOR, (0, 1)),
+])
+def test_no_pinning(cluster, tasks, task, cpu_set):
+    task_plan = plan(make(cluster, tasks=tasks), task, cpu_set=cpu_set)
+    assert task_plan.cpus is None and "cpus=" not in describe(task_plan)
+
+
+def test_an_evaluator_beside_trainers_starts_after_them_and_one_elsewhere_at_once():
+    assert plan(make(), EVALUATOR).starts_after_trainers
+    elsewhere = make({"chief": ["a:1"], "worker": ["b:1"], "evaluator": "c"})
+    assert not plan(elsewhere, EVALUATOR).starts_after_trainers
+    assert not any(plan(make(), t).starts_after_trainers for t in (CHIEF, WORKER0))
