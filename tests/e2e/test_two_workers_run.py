@@ -3,6 +3,7 @@ TensorBoard, the console and the summary."""
 
 import base64
 import json
+import os
 import re
 import subprocess
 import sys
@@ -77,6 +78,14 @@ def test_two_workers_train_evaluate_and_export(run, tmp_path):
         steps = [step for step, _ in times]
         assert steps[0] == 1 and steps[-1] == 60 and 30 in steps
         assert all(a[1] <= b[1] for a, b in zip(times, times[1:]))
+    # Sharing one machine, the two trainers ran on cores of their own (tasks.*.pin_cores), and their
+    # TensorFlow processes kept the share: the records come from them.
+    records = read_progress(str(run["run_dir"]))
+    cores = [set(records[f"worker:{i}"]["cpus"]) for i in (0, 1)]
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert all(cores) and not cores[0] & cores[1], cores
+    evaluator_log = (Path(summary["log_dir"]) / "evaluator-0.log").read_text()
+    assert "starts TensorFlow once a trainer on this machine has taken a step" in evaluator_log
 
 
 def test_the_console_shows_progress_and_none_of_tensorflow_s_noise(run):

@@ -101,3 +101,27 @@ def test_an_unreadable_manifest_is_no_copy(tmp_path, manifest):
     copy = write_copy(tmp_path)
     (copy / "manifest.json").write_text(manifest)
     assert decoded_mnist.problem(tmp_path) == f"no decoded copy in {copy}"
+
+
+def test_autograph_leaves_the_map_functions_alone(tmp_path, monkeypatch):
+    from tensorflow.python.autograph.pyct import transpiler
+
+    converted = []
+    transform = transpiler.PyToPy.transform_function
+
+    def recording(self, fn, *args, **kwargs):
+        converted.append(getattr(fn, "__name__", str(fn)))
+        return transform(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(transpiler.PyToPy, "transform_function", recording)
+    write_copy(tmp_path)
+    with tf.Graph().as_default():
+        input_fn(TRAIN, None, data_dir=str(tmp_path), batch_size_per_replica=4)
+        input_fn(EVAL, None, data_dir=str(tmp_path), batch_size_per_replica=4)
+
+        def mapped(x):  # control: AutoGraph does convert what is not marked
+            return x + 1
+
+        tf.data.Dataset.range(3).map(mapped)
+    assert "mapped" in converted
+    assert not {"read_whole_split", "_to_features"} & set(converted), converted
