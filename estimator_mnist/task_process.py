@@ -21,7 +21,6 @@ even at SCHED_IDLE, and there is nothing to evaluate before a checkpoint.
 
 from __future__ import annotations
 
-import functools
 import os
 import select
 import signal
@@ -41,6 +40,9 @@ from .tasklog import log
 STOP_GRACE_SECS = 10.0  # after Ctrl-C
 REPEAT_SECS = 2.0  # a SIGTERM this soon after the first is the same request
 GATE_POLL_SECS = 0.2
+# The gate opens after this at the latest: trainers whose records and checkpoints this task cannot see
+# (another --run-dir, a model_dir on GCS) must not keep their evaluator from ever starting.
+GATE_MAX_SECS = 60.0
 
 
 def trainers_under_way(run_dir: str, model_dir: str, since: float, now: Optional[float] = None) -> bool:
@@ -70,6 +72,11 @@ def child_command(args, ready_fd: int, cpu_set: Sequence[int] = ()) -> List[str]
     for text in args.overrides or ():
         command += ["--set", text]
     return command
+
+
+def evaluator_gate(run_dir: str, model_dir: str, started: float, clock=time.time) -> Callable[[], bool]:
+    """What an evaluator's parent waits on: the trainers under way, or GATE_MAX_SECS since `started`."""
+    return lambda: clock() - started >= GATE_MAX_SECS or trainers_under_way(run_dir, model_dir, started, now=clock())
 
 
 class TaskParent:
@@ -122,7 +129,7 @@ class TaskParent:
     def _wait_for_gate(self) -> bool:
         """False when a stop signal came first."""
         log(f"task {self.plan.task}: starts TensorFlow once a trainer on this machine has taken a step or a "
-            "checkpoint exists (beside them, its start-up slows theirs)")
+            f"checkpoint exists, at the latest in {GATE_MAX_SECS:g} s (beside them, its start-up slows theirs)")
         while self.stop_signal is None:
             if self.start_gate():
                 return True
@@ -178,9 +185,7 @@ def run_task_process(args, plan: TaskPlan, session_timeout_secs: float, preempti
     and the CPUs this process planned from, so that it reads the same input and makes the same plan.
     `dirs`: (run_dir, model_dir), where an evaluator beside trainers sees them start.
     """
-    gate = None
-    if plan.starts_after_trainers:
-        gate = functools.partial(trainers_under_way, *dirs, time.time())
+    gate = evaluator_gate(*dirs, started=time.time()) if plan.starts_after_trainers else None
     ready_read, ready_write = os.pipe()
     parent = TaskParent(plan, session_timeout_secs, preemption_grace_secs, gate)
     return parent.run(child_command(args, ready_write, cpu_set), ready_write, ready_read,

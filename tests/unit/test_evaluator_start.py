@@ -6,7 +6,7 @@ import signal
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.progress import ProgressWriter, progress_path
 from estimator_mnist.task_plan import plan_task
-from estimator_mnist.task_process import TaskParent, child_command, trainers_under_way
+from estimator_mnist.task_process import GATE_MAX_SECS, TaskParent, child_command, evaluator_gate, trainers_under_way
 
 CONFIG = config_from_dict({"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"], "evaluator": "localhost"}},
                           "t.yaml")
@@ -71,3 +71,12 @@ def test_the_child_plans_from_the_parent_s_cpus():
         cluster, task, model_dir, data_dir, run_dir, overrides = "c.yaml", "chief:0", None, None, None, ()
     command = child_command(Args, 7, (0, 1))
     assert command[command.index("--usable-cpus") + 1] == "0,1" and "--usable-cpus" not in child_command(Args, 7)
+
+
+def test_the_gate_opens_at_the_latest_after_its_maximum(tmp_path):
+    now = [1000.0]
+    gate = evaluator_gate(str(tmp_path), str(tmp_path / "model"), started=1000.0, clock=lambda: now[0])
+    now[0] += GATE_MAX_SECS - 1
+    assert not gate()  # nothing visible yet (another run_dir, a model_dir on GCS)
+    now[0] += 1
+    assert gate()
