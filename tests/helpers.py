@@ -88,3 +88,18 @@ def launch_cluster(tmp_path, template: str, port_count: int, attempts: int = 3, 
 def error_pattern(template: str) -> str:
     """A regex for an error template (the module's constant): each {field} matches anything."""
     return ".*".join(re.escape(part) for part in re.split(r"\{\w+(?:!r)?(?::[^}]*)?\}", template))
+
+
+def record_autograph_conversions(monkeypatch) -> list:
+    """The names of the functions AutoGraph converts from now on, until the test ends."""
+    from tensorflow.python.autograph.pyct import transpiler  # pylint: disable=import-outside-toplevel
+
+    converted = []
+    transform = transpiler.PyToPy.transform_function
+
+    def recording(self, fn, *args, **kwargs):
+        converted.append(getattr(fn, "__name__", str(fn)))
+        return transform(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(transpiler.PyToPy, "transform_function", recording)
+    return converted

@@ -7,6 +7,7 @@ import tensorflow as tf
 from estimator_mnist import decoded_mnist
 from estimator_mnist.data import input_fn, load_split_numpy
 from estimator_mnist.errors import UsageError
+from tests.helpers import record_autograph_conversions
 
 TRAIN = tf.estimator.ModeKeys.TRAIN
 EVAL = tf.estimator.ModeKeys.EVAL
@@ -104,16 +105,7 @@ def test_an_unreadable_manifest_is_no_copy(tmp_path, manifest):
 
 
 def test_autograph_leaves_the_map_functions_alone(tmp_path, monkeypatch):
-    from tensorflow.python.autograph.pyct import transpiler
-
-    converted = []
-    transform = transpiler.PyToPy.transform_function
-
-    def recording(self, fn, *args, **kwargs):
-        converted.append(getattr(fn, "__name__", str(fn)))
-        return transform(self, fn, *args, **kwargs)
-
-    monkeypatch.setattr(transpiler.PyToPy, "transform_function", recording)
+    converted = record_autograph_conversions(monkeypatch)
     write_copy(tmp_path)
     with tf.Graph().as_default():
         input_fn(TRAIN, None, data_dir=str(tmp_path), batch_size_per_replica=4)

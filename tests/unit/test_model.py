@@ -13,6 +13,7 @@ from estimator_mnist.data import input_fn
 from estimator_mnist.export import export_checkpoint
 from estimator_mnist.model import build_network, global_batch_loss, model_fn
 from estimator_mnist.task_plan import plan_task
+from tests.helpers import record_autograph_conversions
 from tests.unit.fakes import dataset_of, fake_mnist, tiny_estimator
 
 ModeKeys = tf.estimator.ModeKeys
@@ -228,16 +229,7 @@ def test_the_events_file_gets_the_graph_without_python_protobuf(tmp_path, monkey
 
 
 def test_autograph_leaves_model_fn_alone(monkeypatch):
-    from tensorflow.python.autograph.pyct import transpiler
-
-    converted = []
-    transform = transpiler.PyToPy.transform_function
-
-    def recording(self, fn, *args, **kwargs):
-        converted.append(getattr(fn, "__name__", str(fn)))
-        return transform(self, fn, *args, **kwargs)
-
-    monkeypatch.setattr(transpiler.PyToPy, "transform_function", recording)
+    converted = record_autograph_conversions(monkeypatch)
     strategy = tf.compat.v1.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     with tf.Graph().as_default(), strategy.scope():
         tf.compat.v1.train.get_or_create_global_step()
