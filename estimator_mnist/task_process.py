@@ -29,8 +29,8 @@ import sys
 import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from .errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE
 from . import checkpoints
+from .errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE
 from .launch.processes import describe_exit, die_with_parent
 from .peers import describe_missing, missing_peers, peers_of
 from .progress import FRESH_SECS, read_progress
