@@ -12,8 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import List, Mapping, Optional, Sequence, Tuple
 
-import psutil
-
+from ..cpu import usable_cpus
 from ..errors import UsageError
 
 ERR_DEVICE = ("--devices {text!r}: {item!r} is not a device; write GPUs as gpu:0,gpu:1 or core sets as "
@@ -44,10 +43,6 @@ class Device:
         contiguous = list(self.cores) == list(range(low, high + 1))
         return f"cpu:{low}" if low == high else f"cpu:{low}-{high}" if contiguous else \
             "cpu:" + "+".join(map(str, self.cores))
-
-
-def allowed_cores() -> List[int]:
-    return sorted(psutil.Process().cpu_affinity() or range(psutil.cpu_count() or 1))
 
 
 def visible_gpus(environ: Mapping[str, str] = os.environ, driver_dir: str = "/proc/driver/nvidia/gpus") -> List[int]:
@@ -126,7 +121,7 @@ def default_devices(cores_per_trial: int, allowed: Sequence[int], gpus: Sequence
 def choose_devices(devices_text: Optional[str], cores_per_trial: Optional[int], parallel: Optional[int],
                    allowed: Optional[Sequence[int]] = None, gpus: Optional[Sequence[int]] = None) -> List[Device]:
     """The devices the sweep runs on, one trial each: `parallel` of them (default: all)."""
-    allowed = allowed_cores() if allowed is None else list(allowed)
+    allowed = list(usable_cpus()) if allowed is None else list(allowed)
     gpus = visible_gpus() if gpus is None else list(gpus)
     if devices_text:
         devices = parse_devices(devices_text, cores_per_trial, allowed)
