@@ -8,6 +8,7 @@ and passed down: strategy -> RunConfig -> Estimator -> train_and_evaluate.
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import os
 
@@ -195,6 +196,10 @@ def run_task(config: Config, plan: TaskPlan, priority: str = "unchanged", ready_
         estimator = build_estimator(config, plan, strategy, precision)
         train_spec, eval_spec = train_and_eval_specs(
             config, hooks=training_hooks(config, plan, strategy, ready_fd, preemption, precision) if task.is_trainer else [])
+        # Everything imported and built so far lives as long as the process: the collector, paused since
+        # before TensorFlow's import (commands._run_child), leaves it alone from now on and scans only what is new.
+        gc.freeze()
+        gc.enable()
         if task.is_evaluator:
             run_evaluator(config, plan, estimator, eval_spec)
         elif task.type == "ps":

@@ -1,6 +1,7 @@
 """CPU priority: every thread of a process, the ones already running included, moves to SCHED_IDLE or a niceness."""
 
 import ast
+import re
 import os
 import subprocess
 import sys
@@ -29,3 +30,20 @@ def test_a_niceness_applies_to_every_thread():
     assert said == "nice 7"
     assert policies == [os.SCHED_OTHER]
     assert nice == [7]
+
+
+def test_the_core_sharing_benchmark_times_each_cpu_alone_and_together():
+    from tests.helpers import REPO  # pylint: disable=import-outside-toplevel
+
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "core_sharing.py"), "--seconds", "0.2"],
+                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    if len(os.sched_getaffinity(0)) < 2:
+        assert "nothing to compare" in lines[-1]
+        return
+    cpus = [line for line in lines if line.startswith("CPU ")]
+    assert len(cpus) == len(os.sched_getaffinity(0))
+    assert all(re.fullmatch(r"CPU \d+: \d+\.\d GFLOP/s alone, \d+\.\d with every CPU busy", c) for c in cpus)
+    ratio = float(re.fullmatch(r"RESULT together_over_alone=(\d+\.\d\d) cpus=\d+", lines[-1]).group(1))
+    assert 0.3 < ratio < 2 * len(cpus)
