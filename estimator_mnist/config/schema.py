@@ -220,8 +220,9 @@ class EvaluationConfig:
                                    doc="how long the chief (and launch) wait for the evaluation of the final "
                                        "checkpoint; past it the chief exits 1")
     nice: Any = _opt("idle", check=v.nice, kind="nice",
-                     doc="the evaluator's CPU priority, so that it never slows training: idle (Linux SCHED_IDLE: it "
-                         "runs only on cores the trainers leave idle) or a niceness 0-19")
+                     doc="the evaluator's CPU priority, so that it slows training as little as it can: idle (Linux "
+                         "SCHED_IDLE: it runs only on cores the trainers leave idle, though it still shares "
+                         "their caches and memory) or a niceness 0-19")
 
 
 @dataclass(frozen=True)
