@@ -10,7 +10,7 @@ from typing import Dict, List, Sequence
 
 from ..config import Config, TaskId
 from ..task_plan import apply_in_child, child_environment, plan_task
-from .processes import TaskProcess, die_with_parent, signal_group, start_task, stop_processes
+from .processes import TaskProcess, die_with_parent, signal_group, start_task, stop_processes, wait_for_groups
 
 
 class TaskGroup:
@@ -59,6 +59,7 @@ class TaskGroup:
         stopped = self.stop(list(self.processes.values()), grace_secs)
         for p in self.processes.values():
             signal_group(p, signal.SIGKILL)  # the stragglers of leaders that had already exited
+        wait_for_groups([p.pid for p in self.processes.values()])
         if self.network is not None:
             self.network.close()
         return stopped

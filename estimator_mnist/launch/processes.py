@@ -123,7 +123,36 @@ def stop_processes(processes: Iterable[TaskProcess], grace_secs: float) -> List[
             except subprocess.TimeoutExpired:
                 pass
             p.poll()
+    wait_for_groups([p.pid for p in targets])
     return targets
+
+
+def group_members(pgids) -> List[int]:
+    """The living processes (zombies excluded) of these process groups, wherever their parents are now."""
+    wanted, members = set(pgids), []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) in wanted and proc.status() != psutil.STATUS_ZOMBIE:
+                members.append(proc.pid)
+        except (OSError, psutil.Error):
+            continue
+    return members
+
+
+def wait_for_groups(pgids, timeout: float = 10.0) -> List[int]:
+    """Waits until the SIGKILLed groups are gone; returns the pids still there after `timeout`.
+
+    A leader is reaped as soon as it dies, but its children, killed with it,
+    belong to init from then on and may take a moment more to exit: a
+    TensorFlow process SIGKILLed with gigabytes mapped was seen alive 0.5 s
+    after the launcher had returned (test_killing_a_worker_stops_the_whole_run).
+    """
+    deadline = time.time() + timeout
+    while True:
+        left = group_members(pgids)
+        if not left or time.time() >= deadline:
+            return left
+        time.sleep(0.05)
 
 
 def living_pids(pids) -> List[int]:

@@ -2,6 +2,7 @@
 
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -156,3 +157,26 @@ def test_summary_times_come_from_the_trainers_records(tmp_path):
     records = read_progress(str(tmp_path / "run"))
     assert summary["seconds_to_first_step"] == min(r["first_step_time"] for r in records.values()) - summary["launch_time"]
     assert summary["seconds_to_last_step"] == max(r["time"] for r in records.values()) - summary["launch_time"]
+
+
+def test_the_wait_for_a_group_finds_members_whose_leader_is_gone():
+    """A leader's children outlive it as init's children; the launcher waits for them by their process group."""
+    from estimator_mnist.launch.processes import group_members, wait_for_groups  # pylint: disable=C0415
+
+    script = "import signal, subprocess, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); " \
+             "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); print(child.pid)"
+    leader = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    child = int(leader.stdout.readline())
+    leader.wait(timeout=30)  # the leader is gone and reaped; its child lives on in the group
+    try:
+        assert group_members([leader.pid]) == [child]
+        assert wait_for_groups([leader.pid], timeout=0.3) == [child]
+        os.killpg(leader.pid, signal.SIGKILL)
+        assert wait_for_groups([leader.pid], timeout=10) == []
+        assert not pids_alive([child])
+    finally:
+        try:
+            os.killpg(leader.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
