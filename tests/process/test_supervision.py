@@ -163,10 +163,8 @@ def test_the_wait_for_a_group_finds_members_whose_leader_is_gone():
     """A leader's children outlive it as init's children; the launcher waits for them by their process group."""
     from estimator_mnist.launch.processes import group_members, wait_for_groups  # pylint: disable=C0415
 
-    script = "import signal, subprocess, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); " \
-             "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); print(child.pid)"
-    leader = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                              start_new_session=True)
+    leader = subprocess.Popen([sys.executable, str(Path(__file__).parent / "group_probe.py")], stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)
     child = int(leader.stdout.readline())
     leader.wait(timeout=30)  # the leader is gone and reaped; its child lives on in the group
     try:
