@@ -132,11 +132,11 @@ def group_members(pgids) -> List[int]:
     wanted, members = set(pgids), []
     for proc in psutil.process_iter():
         try:
-            if os.getpgid(proc.pid) in wanted and proc.status() != psutil.STATUS_ZOMBIE:
+            if os.getpgid(proc.pid) in wanted:
                 members.append(proc.pid)
-        except (OSError, psutil.Error):
+        except OSError:  # gone since the listing
             continue
-    return members
+    return living_pids(members)
 
 
 def wait_for_groups(pgids, timeout: float = 10.0) -> List[int]:

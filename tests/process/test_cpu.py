@@ -1,13 +1,15 @@
 """CPU priority: every thread of a process, the ones already running included, moves to SCHED_IDLE or a niceness."""
 
 import ast
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import REPO
 
 PROBE = str(Path(__file__).parent / "priority_probe.py")
 
@@ -33,8 +35,6 @@ def test_a_niceness_applies_to_every_thread():
 
 
 def test_the_core_sharing_benchmark_times_each_cpu_alone_and_together():
-    from tests.helpers import REPO  # pylint: disable=import-outside-toplevel
-
     result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "core_sharing.py"), "--seconds", "0.2"],
                             capture_output=True, text=True, timeout=120, cwd=REPO)
     assert result.returncode == 0, result.stderr[-2000:]
