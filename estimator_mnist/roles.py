@@ -13,7 +13,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from . import checkpoints
-from .config import Config
+from .config import PS_STRATEGIES, Config
 from .errors import RETRYABLE_NOTE, PermanentFailure, RetryableFailure
 from .evaluator import evaluate_checkpoints
 from .hooks import log
@@ -28,7 +28,13 @@ def ps_addresses(config: Config):
 
 class DoneSignalHook(tf.compat.v1.train.SessionRunHook):
     """At the end of training, tells every ps task that this trainer has finished. Not on a failure, and not
-    on a stop short of max_steps (a preemption): the ps must stay for the restart."""
+    on a stop short of max_steps (a preemption): the ps must stay for the restart.
+
+    For the trainers that save no checkpoint only. In TF 2.15's independent-worker mode,
+    MonitoredTrainingSession calls the training hooks' `end` before the chief-only CheckpointSaverHook's, which
+    writes the final checkpoint from the ps's variables: told too early, the ps left while that save waited
+    on it, and the chief hung (a fresh-clone CI run of tests/e2e/test_preemption.py, ps-worker). The chief
+    reports once its final checkpoint is on disk (`report_final_checkpoint`)."""
 
     def __init__(self, config: Config, plan: TaskPlan):
         self._addresses, self._name = ps_addresses(config), str(plan.task)
@@ -40,6 +46,16 @@ class DoneSignalHook(tf.compat.v1.train.SessionRunHook):
     def end(self, session):
         if int(session.run(self._step)) >= self._max_steps:
             signal_done(self._addresses, self._name, self._timeout_ms, log)
+
+
+def report_final_checkpoint(config: Config, plan: TaskPlan) -> None:
+    """The checkpointing trainer's DoneSignalHook: tells the ps tasks once the final checkpoint is on disk.
+
+    Called when training has returned, or by the teardown watchdog when it has not (a ps task counts each
+    name once)."""
+    if config.strategy.name in PS_STRATEGIES and plan.is_chief and \
+            (checkpoints.latest_step(config.model_dir) or -1) >= config.training.max_steps:
+        signal_done(ps_addresses(config), str(plan.task), plan.operation_timeout_ms, log)
 
 
 def wait_for_final_evaluation(config: Config, plan: TaskPlan) -> None:
@@ -64,6 +80,7 @@ def run_trainer(config: Config, plan: TaskPlan, estimator, train_spec, eval_spec
         tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
     if config.strategy.name == "multi_worker_mirrored" and not plan.is_chief:
         remove_collective_scratch(config.model_dir, plan.task)
+    report_final_checkpoint(config, plan)
     if preemption is not None and preemption.stopped_at_step is not None:
         # The chief's checkpoint saver wrote the stop step as training ended.
         raise RetryableFailure(f"{preemption.describe_stop(checkpoints.latest_checkpoint(config.model_dir))}; "

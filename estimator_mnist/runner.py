@@ -24,7 +24,7 @@ from .model import model_fn
 from .peers import cause_of, missing_peers, named_in, peers_of
 from .preemption import Preemption, PreemptionHook
 from .progress import ProgressWriter, fresh_rates, progress_path
-from .roles import DoneSignalHook, run_evaluator, run_ps, run_trainer
+from .roles import DoneSignalHook, report_final_checkpoint, run_evaluator, run_ps, run_trainer
 from .strategy import build_train_strategy, configure_devices, gpu_capabilities, session_config
 from .task_plan import TaskPlan, describe, resolve_precision
 from .tf_workarounds import (TeardownWatchdogHook, bound_session_recreation, lean_checkpoint_start, lean_events_graph,
@@ -132,6 +132,7 @@ def _before_teardown_exit(config: Config, plan: TaskPlan, progress: ProgressHook
     progress.report(checkpoints.latest_step(config.model_dir))
     if config.strategy.name == "multi_worker_mirrored" and not plan.is_chief:
         remove_collective_scratch(config.model_dir, plan.task)
+    report_final_checkpoint(config, plan)
 
 
 def training_hooks(config: Config, plan: TaskPlan, strategy=None, ready_fd=None, preemption=None,
@@ -154,8 +155,8 @@ def training_hooks(config: Config, plan: TaskPlan, strategy=None, ready_fd=None,
                                            lambda: fresh_rates(config.run_dir) if config.run_dir else {}))
     if config.session.log_device_placement:
         hooks.append(VariablePlacementHook())
-    if config.strategy.name in PS_STRATEGIES:
-        hooks.append(DoneSignalHook(config, plan))
+    if config.strategy.name in PS_STRATEGIES and not plan.is_chief:
+        hooks.append(DoneSignalHook(config, plan))  # the chief reports after its final save (run_trainer)
     if ready_fd is not None:
         hooks.append(ReadyHook(ready_fd))
     if preemption is not None:
