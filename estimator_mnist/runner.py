@@ -156,7 +156,7 @@ def training_hooks(config: Config, plan: TaskPlan, strategy=None, ready_fd=None,
     if config.session.log_device_placement:
         hooks.append(VariablePlacementHook())
     if config.strategy.name in PS_STRATEGIES and not plan.is_chief:
-        hooks.append(DoneSignalHook(config, plan))  # the chief reports after its final save (run_trainer)
+        hooks.append(DoneSignalHook(config, plan))  # the chief: report_final_checkpoint, after its final save
     if ready_fd is not None:
         hooks.append(ReadyHook(ready_fd))
     if preemption is not None:
