@@ -49,13 +49,18 @@ class DoneSignalHook(tf.compat.v1.train.SessionRunHook):
 
 
 def report_final_checkpoint(config: Config, plan: TaskPlan) -> None:
-    """The checkpointing trainer's DoneSignalHook: tells the ps tasks once the final checkpoint is on disk.
-
-    Called when training has returned, or by the teardown watchdog when it has not (a ps task counts each
-    name once)."""
+    """The checkpointing trainer's DoneSignalHook: tells the ps tasks once the final checkpoint is on disk."""
     if config.strategy.name in PS_STRATEGIES and plan.is_chief and \
             (checkpoints.latest_step(config.model_dir) or -1) >= config.training.max_steps:
         signal_done(ps_addresses(config), str(plan.task), plan.operation_timeout_ms, log)
+
+
+def finish_training(config: Config, plan: TaskPlan) -> None:
+    """A trainer's last steps once training has returned, or once the teardown watchdog gave up waiting for
+    it to (runner._before_teardown_exit); a ps task counts each name once, so both may report."""
+    if config.strategy.name == "multi_worker_mirrored" and not plan.is_chief:
+        remove_collective_scratch(config.model_dir, plan.task)
+    report_final_checkpoint(config, plan)
 
 
 def wait_for_final_evaluation(config: Config, plan: TaskPlan) -> None:
@@ -78,9 +83,7 @@ def run_trainer(config: Config, plan: TaskPlan, estimator, train_spec, eval_spec
         estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
     else:
         tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
-    if config.strategy.name == "multi_worker_mirrored" and not plan.is_chief:
-        remove_collective_scratch(config.model_dir, plan.task)
-    report_final_checkpoint(config, plan)
+    finish_training(config, plan)
     if preemption is not None and preemption.stopped_at_step is not None:
         # The chief's checkpoint saver wrote the stop step as training ended.
         raise RetryableFailure(f"{preemption.describe_stop(checkpoints.latest_checkpoint(config.model_dir))}; "

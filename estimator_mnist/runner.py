@@ -24,11 +24,10 @@ from .model import model_fn
 from .peers import cause_of, missing_peers, named_in, peers_of
 from .preemption import Preemption, PreemptionHook
 from .progress import ProgressWriter, fresh_rates, progress_path
-from .roles import DoneSignalHook, report_final_checkpoint, run_evaluator, run_ps, run_trainer
+from .roles import DoneSignalHook, finish_training, run_evaluator, run_ps, run_trainer
 from .strategy import build_train_strategy, configure_devices, gpu_capabilities, session_config
 from .task_plan import TaskPlan, describe, resolve_precision
-from .tf_workarounds import (TeardownWatchdogHook, bound_session_recreation, lean_checkpoint_start, lean_events_graph,
-                             remove_collective_scratch)
+from .tf_workarounds import TeardownWatchdogHook, bound_session_recreation, lean_checkpoint_start, lean_events_graph
 
 # TensorFlow's errors for a peer that is gone or unreachable, or a wait that timed out: a restart can cure them.
 TRANSIENT_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError)
@@ -130,9 +129,7 @@ def examples_per_global_step(config: Config, plan: TaskPlan, strategy) -> int:
 def _before_teardown_exit(config: Config, plan: TaskPlan, progress: ProgressHook) -> None:
     """What a trainer does at its end when the teardown watchdog ends it instead of Estimator's return."""
     progress.report(checkpoints.latest_step(config.model_dir))
-    if config.strategy.name == "multi_worker_mirrored" and not plan.is_chief:
-        remove_collective_scratch(config.model_dir, plan.task)
-    report_final_checkpoint(config, plan)
+    finish_training(config, plan)
 
 
 def training_hooks(config: Config, plan: TaskPlan, strategy=None, ready_fd=None, preemption=None,
