@@ -20,7 +20,7 @@ import tensorflow as tf
 from .config import Config, TaskId, device_index
 from .errors import UsageError
 from .task_plan import TaskPlan
-from .tf_workarounds import no_bfloat16_fusion, set_collective_options
+from .tf_workarounds import no_bfloat16_fusion, set_collective_options, size_thread_pools
 ERR_NCCL_NO_GPU_RUNTIME = ("task {task}: {key} is nccl but this process sees no GPU ({visible}); "
                            "use ring or auto, or give the task GPUs with tasks.{task}.gpus")
 ERR_NO_SUCH_DEVICE = ("task {task}: strategy {key} lists {device} but this process has only {count} {kind} device(s) "
@@ -34,7 +34,8 @@ _COMMUNICATION = {
 
 
 def configure_devices(plan: TaskPlan) -> None:
-    """Makes the logical CPU devices the strategy names; must run before TF initialises devices."""
+    """Sizes the thread pools and makes the logical CPU devices the strategy names; must run before TF initialises devices."""
+    size_thread_pools(plan.intra_op_threads, plan.inter_op_threads)
     if plan.logical_cpus > 1:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * plan.logical_cpus)

@@ -151,6 +151,20 @@ def poll_for_ready_model_quickly() -> None:
     session_manager.SessionManager.__init__ = init
 
 
+def size_thread_pools(intra_op_threads: int, inter_op_threads: int) -> None:
+    """TF 2.15: all CPU devices of a process share one pool of intra-op threads, sized by the first
+    device created, and a session's ConfigProto no longer changes it. The task listed its devices
+    before any session existed, so that pool took TensorFlow's default, one thread per usable core:
+    a trainer asked for 1 intra-op thread computed on 2 when it was not pinned to one core (the
+    lone trainer of the like-for-like benchmark, the evaluator). Sizing the eager context's pools
+    first makes the first device, and so every session, use the plan's counts. Must run before
+    TensorFlow creates a device; pinned by
+    tests/process/test_tf_subprocess.py::test_a_task_computes_on_the_intra_op_threads_it_was_given.
+    """
+    tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
+    tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
+
+
 def no_bfloat16_fusion(proto: tf.compat.v1.ConfigProto) -> None:
     """TF 2.15: in a cluster session grappler's remapper fuses bfloat16 Conv2D+BiasAdd+Relu into a
     _FusedConv2D that has no bfloat16 CPU kernel, and the first step fails. Bfloat16 trainers turn the

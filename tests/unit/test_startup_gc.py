@@ -49,6 +49,8 @@ def test_run_task_turns_the_collector_back_on_with_its_set_up_frozen(monkeypatch
 
     monkeypatch.setattr(runner, "Preemption", NoPreemption)
     monkeypatch.setattr(runner, "bound_session_recreation", lambda secs: None)
+    # The thread pools can be sized only before this test process's TensorFlow made its devices.
+    monkeypatch.setattr(runner, "configure_devices", lambda plan: None)
     monkeypatch.setattr(runner, "build_estimator", lambda *args: None)
     monkeypatch.setattr(runner, "train_and_eval_specs", lambda *args, **kwargs: (None, None))
     monkeypatch.setattr(runner, "run_evaluator", lambda *args: seen.update(enabled=gc.isenabled(),
