@@ -84,11 +84,12 @@ def _threads(config: Config, task: TaskId, settings: TaskSettings, cores: int) -
     core, and two workers on two cores then run slower than one.
     """
     if task.is_evaluator:
-        # One thread: even at SCHED_IDLE an evaluator on every core slowed the
-        # trainers sharing its machine by a quarter (caches, memory bandwidth);
-        # with one it costs little, and the final evaluation of 10k images
-        # still takes only seconds.
-        auto = (1, 1)
+        # A thread per core: at SCHED_IDLE it computes only on what the
+        # trainers leave idle, and the final evaluation, with the trainers
+        # done, gets every core. With one (Zen 4, 2026-11-24, three default
+        # runs each) the trainers went no faster, and the exit came 7.1-7.6 s
+        # after the last step instead of 5.0-6.3 s.
+        auto = (cores, 1)
     elif task.type == "ps":
         auto = (1, 2)  # a ps task only applies updates
     else:

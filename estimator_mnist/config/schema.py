@@ -148,7 +148,7 @@ class TaskSettings:
     gpu_memory_fraction: float = _opt(0.0, check=v.share, kind=float,
                                       doc="cap on the share of each GPU's memory; 0 = no cap")
     intra_op_threads: Any = _opt("auto", check=v.threads, kind="threads",
-                                 doc="auto: this machine's cores split between its training tasks")
+                                 doc="auto: this machine's cores split between its training tasks (the evaluator: all)")
     inter_op_threads: Any = _opt("auto", check=v.threads, kind="threads")
     pin_cores: bool = _opt(True, kind=bool,
                            doc="a trainer sharing its machine with other trainers runs only on its own share of "

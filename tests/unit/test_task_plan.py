@@ -52,7 +52,7 @@ def test_auto_threads_split_the_cores_between_the_trainers_of_one_machine():
     assert (plan(config, CHIEF, cores=6).intra_op_threads, plan(config, CHIEF, cores=6).inter_op_threads) == (2, 2)
     assert plan(config, WORKER0, cores=2).intra_op_threads == 1
     evaluator = plan(config, EVALUATOR, cores=8)
-    assert (evaluator.intra_op_threads, evaluator.inter_op_threads) == (1, 1)
+    assert (evaluator.intra_op_threads, evaluator.inter_op_threads) == (8, 1)
     other_hosts = make({"chief": ["a:1"], "worker": ["b:1"]})
     assert plan(other_hosts, CHIEF, cores=4).intra_op_threads == 4
     ps = make({"chief": ["localhost:1"], "ps": ["localhost:2"]}, strategy="parameter_server")
