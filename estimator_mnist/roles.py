@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import tensorflow as tf
 
 from . import checkpoints
@@ -55,12 +57,23 @@ def report_final_checkpoint(config: Config, plan: TaskPlan) -> None:
         signal_done(ps_addresses(config), str(plan.task), plan.operation_timeout_ms, log)
 
 
+# The (model_dir, task) pairs this process has finished, and the lock the two callers of finish_training share.
+_FINISHED, _FINISH_LOCK = set(), threading.Lock()
+
+
 def finish_training(config: Config, plan: TaskPlan) -> None:
     """A trainer's last steps once training has returned, or once the teardown watchdog gave up waiting for
-    it to (runner._before_teardown_exit); a ps task counts each name once, so both may report."""
-    if config.strategy.name == "multi_worker_mirrored" and not plan.is_chief:
-        remove_collective_scratch(config.model_dir, plan.task)
-    report_final_checkpoint(config, plan)
+    it to (runner._before_teardown_exit). They run once: the watchdog also fires after training returned if
+    the task is still there `teardown_timeout_secs` later, and a second report to a ps that has left would
+    wait out the operation timeout before the task could exit."""
+    with _FINISH_LOCK:
+        key = (config.model_dir, str(plan.task))
+        if key in _FINISHED:
+            return
+        _FINISHED.add(key)
+        if config.strategy.name == "multi_worker_mirrored" and not plan.is_chief:
+            remove_collective_scratch(config.model_dir, plan.task)
+        report_final_checkpoint(config, plan)
 
 
 def wait_for_final_evaluation(config: Config, plan: TaskPlan) -> None:

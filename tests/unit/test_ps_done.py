@@ -109,3 +109,17 @@ def test_the_chief_reports_to_the_ps_once_its_final_checkpoint_is_on_disk(tmp_pa
     config = ps_config(tmp_path, strategy)
     roles.report_final_checkpoint(config, plan_task(config, task))
     assert sent == ([(["localhost:3"], "chief:0")] if reports else [])
+
+
+def test_the_trainer_finishes_once_though_training_s_return_and_the_teardown_watchdog_both_finish_it(
+        tmp_path, monkeypatch):
+    # A second report to a ps that has already left would wait out the operation timeout before the exit.
+    sent = []
+    monkeypatch.setattr(roles, "signal_done", lambda addresses, name, timeout_ms, log: sent.append(name))
+    monkeypatch.setattr(roles.checkpoints, "latest_step", lambda model_dir: 200)
+    monkeypatch.setattr(roles, "_FINISHED", set())
+    config = ps_config(tmp_path)
+    plan = plan_task(config, CHIEF)
+    roles.finish_training(config, plan)
+    runner._before_teardown_exit(config, plan, progress=type("Progress", (), {"report": lambda self, step: None})())
+    assert sent == ["chief:0"]
