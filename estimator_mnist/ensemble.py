@@ -4,8 +4,9 @@ SavedModel with the signatures of a single model (export.py), so `predict` and S
 This is in-graph replication, the classic material's pattern for ensembles:
 one client builds one graph that holds every member, each under its own name
 scope and pinned to its own device, restores each from its trial's final
-checkpoint (the variable names a member had when it trained alone are mapped
-onto its copy in this graph), and averages their probabilities. The
+checkpoint (the variable names a member had when it trained alone, or those
+of the moving average its trial kept and scored, are mapped onto its copy in
+this graph), and averages their probabilities. The
 ensemble's logits are the log of that average, so its `probabilities`
 output is the average itself and its `class_ids` their argmax.
 
@@ -30,6 +31,7 @@ from .export import signature_defs, write_saved_model
 from .model import build_network
 from .sweep import records
 from .tf_workarounds import pin_unplaced
+from .weight_average import has_averages, restore_map
 
 
 def training_names(network: str) -> List[str]:
@@ -68,7 +70,10 @@ class EnsembleGraph:
 
     def restore(self, session) -> None:
         for member, network in zip(self.members, self.networks):
-            saver = tf.compat.v1.train.Saver(var_list=dict(zip(training_names(member.network), network.weights)))
+            names = training_names(member.network)
+            # A trial that kept a moving average of its weights was scored on it: the member is that average.
+            averaged = has_averages(member.checkpoint, names)
+            saver = tf.compat.v1.train.Saver(var_list=restore_map(names, network.weights, averaged))
             saver.restore(session, member.checkpoint)
 
     def devices_used(self, graph) -> Dict[str, List[str]]:

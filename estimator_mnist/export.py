@@ -24,6 +24,7 @@ from typing import Callable, Dict
 import tensorflow as tf
 
 from . import checkpoints, digits
+from .weight_average import restore_map
 
 BYTES_SIGNATURE, IMAGES_SIGNATURE = "serving_default", "images"
 BYTES_INPUT, IMAGES_INPUT = "image_bytes", "images"
@@ -91,7 +92,11 @@ def export_checkpoint(model_config, checkpoint_path: str, export_base: str) -> s
         return signature_defs(lambda images: network(images, training=False))
 
     def restore(session):
-        tf.compat.v1.train.Saver().restore(session, checkpoint_path)
+        # The moving average the trainers kept, where they kept one (weight_average.py): what the evaluator scored.
+        weights = tf.compat.v1.global_variables()
+        averaged = bool(model_config.weight_average_decay)
+        tf.compat.v1.train.Saver(restore_map([w.op.name for w in weights], weights, averaged)).restore(
+            session, checkpoint_path)
 
     return write_saved_model(export_base, build, restore)
 

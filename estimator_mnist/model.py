@@ -17,6 +17,7 @@ from .data import IMAGE_KEY
 from .gradient_compression import compress_gradients
 from .preemption import add_preemption_counter
 from .tf_workarounds import ReleaseSyncTokensHook, float32_variables
+from .weight_average import scaffold_restoring_averages, update_averages
 
 NUM_CLASSES = 10
 
@@ -108,20 +109,17 @@ def global_batch_loss(labels, logits, global_batch_size):
 def model_fn(features, labels, mode, params, config=None):
     model_config = params["config"]
     images = features[IMAGE_KEY] if isinstance(features, dict) else features
-    # Only training computes in 16 bits. The variables are float32 either
-    # way, so evaluation and the exported SavedModel use float32, which is as
-    # accurate and runs on any machine that serves it.
-    precision = params.get("precision", "float32") if mode == tf.estimator.ModeKeys.TRAIN else "float32"
+    # The variables are float32 whatever the precision. Evaluation computes in the training precision unless
+    # evaluation.precision says float32 (bfloat16 halves the arithmetic of scoring 10k images, and the
+    # score differs by a few images at most). The export (export.py) always computes in float32.
+    precision = params.get({tf.estimator.ModeKeys.TRAIN: "precision",
+                            tf.estimator.ModeKeys.EVAL: "eval_precision"}.get(mode, ""), "float32")
     network = build_network(model_config.network, precision, model_config.dropout)
     logits = network(images, training=mode == tf.estimator.ModeKeys.TRAIN)
     class_ids = tf.argmax(logits, axis=1, output_type=tf.int32)
 
     if mode == tf.estimator.ModeKeys.PREDICT:
-        predictions = {
-            "class_ids": class_ids,
-            "probabilities": tf.nn.softmax(logits),
-            "logits": logits,
-        }
+        predictions = {"class_ids": class_ids, "probabilities": tf.nn.softmax(logits), "logits": logits}
         # The SavedModel is written by export.py, with its own signatures, not from this spec.
         return tf.estimator.EstimatorSpec(mode=mode, predictions=predictions)
 
@@ -129,7 +127,9 @@ def model_fn(features, labels, mode, params, config=None):
     if mode == tf.estimator.ModeKeys.EVAL:
         loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits, loss_collection=None)
         metrics = {"accuracy": tf.compat.v1.metrics.accuracy(labels=labels, predictions=class_ids)}
-        return tf.estimator.EstimatorSpec(mode=mode, loss=loss, eval_metric_ops=metrics)
+        # The average the trainers kept (weight_average.py), if they kept one, is scored in the weights' place.
+        scaffold = scaffold_restoring_averages(network.weights) if model_config.weight_average_decay else None
+        return tf.estimator.EstimatorSpec(mode=mode, loss=loss, eval_metric_ops=metrics, scaffold=scaffold)
 
     # In replica context this is the strategy Estimator trains with (or the default one).
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
@@ -158,7 +158,9 @@ def model_fn(features, labels, mode, params, config=None):
         optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
             optimizer, replicas_to_aggregate=replicas_to_aggregate, total_num_replicas=total_replicas)
         hooks.append(optimizer.make_session_run_hook(is_chief=config is None or config.is_chief))
-    train_op = optimizer.minimize(loss, global_step=global_step, var_list=float32_variables(network))
+    weights = float32_variables(network)
+    train_op = optimizer.minimize(loss, global_step=global_step, var_list=weights)
+    train_op = update_averages(weights, model_config.weight_average_decay, global_step, after=train_op)
     add_preemption_counter()  # a SIGTERM to any trainer stops them all at the same step (preemption.py)
     if sync:
         hooks.append(ReleaseSyncTokensHook(optimizer, total_replicas))

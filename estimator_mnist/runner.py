@@ -26,7 +26,7 @@ from .preemption import Preemption, PreemptionHook
 from .progress import ProgressWriter, fresh_rates, progress_path
 from .roles import DoneSignalHook, finish_training, run_evaluator, run_ps, run_trainer
 from .strategy import build_train_strategy, configure_devices, gpu_capabilities, session_config
-from .task_plan import TaskPlan, describe, resolve_precision
+from .task_plan import TaskPlan, describe, evaluation_precision, resolve_precision
 from .tf_workarounds import TeardownWatchdogHook, bound_session_recreation, lean_checkpoint_start, lean_events_graph
 
 # TensorFlow's errors for a peer that is gone or unreachable, or a wait that timed out: a restart can cure them.
@@ -65,6 +65,7 @@ def first_log_line(config: Config, plan: TaskPlan, strategy, precision: str, pri
             f"gpu_memory_growth={plan.settings.gpu_memory_growth} "
             f"gpu_memory_fraction={plan.settings.gpu_memory_fraction} cpu_priority={priority} "
             f"precision={precision} (model.precision={config.model.precision}) "
+            f"evaluates_in={evaluation_precision(config, precision)} (evaluation.precision={config.evaluation.precision}) "
             f"log_device_placement={config.session.log_device_placement} "
             f"model_dir={config.model_dir} pid={os.getpid()}")
 
@@ -89,6 +90,7 @@ def build_estimator(config: Config, plan: TaskPlan, strategy=None, precision: st
     )
     params = {"config": config.model, "batch_size_per_replica": training.batch_size_per_replica,
               "max_steps": training.max_steps, "sync_replicas": plan.sync_replicas, "precision": precision,
+              "eval_precision": evaluation_precision(config, precision),
               "gradient_compression": config.strategy.gradient_compression}
     return tf.estimator.Estimator(model_fn=model_fn, config=run_config, params=params)
 

@@ -165,6 +165,11 @@ def plan_task(config: Config, task: TaskId, tf_config: Optional[dict] = None, *,
         starts_after_trainers=task.is_evaluator and bool(_trainers_beside(config, task)))
 
 
+def evaluation_precision(config: Config, training_precision: str) -> str:
+    """What evaluation computes in: the resolved training precision, or float32 (evaluation.precision)."""
+    return training_precision if config.evaluation.precision == "auto" else "float32"
+
+
 def resolve_precision(plan: TaskPlan, gpu_capabilities: Sequence[Tuple[int, int]]) -> str:
     """The training precision, once the task knows its GPUs' compute capabilities ([] without GPUs).
 

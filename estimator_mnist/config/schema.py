@@ -29,6 +29,7 @@ RESTART_POLICIES = ("never", "on_failure")
 NETWORK_MODES = ("auto", "private", "host")
 LR_SCHEDULES = ("warmup_cosine", "cosine", "constant")
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
+EVAL_PRECISIONS = ("auto", "float32")
 GRADIENT_COMPRESSIONS = ("none", "fp16", "bf16")
 
 
@@ -181,6 +182,10 @@ class ModelConfig:
     momentum: float = _opt(0.9, check=v.fraction, kind=float, doc="used by optimizer: momentum")
     dropout: float = _opt(0.4, check=v.fraction, kind=float,
                           doc="dropout rate before the last layer while training (classic_cnn: after dense500)")
+    weight_average_decay: float = _opt(0.99, check=v.fraction, kind=float,
+                                       doc="the evaluator scores, and the export holds, a moving average of the "
+                                           "weights with this decay (its horizon grows to 1/(1-decay) steps over "
+                                           "the first hundreds); 0: the weights themselves")
     precision: str = _opt("auto", choices=PRECISIONS,
                           doc="training compute type; variables stay float32. auto: mixed_float16 on GPUs of compute "
                               "capability 7.0+, mixed_bfloat16 on CPUs with bfloat16 instructions (AMX or "
@@ -219,6 +224,10 @@ class EvaluationConfig:
     final_timeout_secs: int = _opt(600, check=v.positive, kind=int,
                                    doc="how long the chief (and launch) wait for the evaluation of the final "
                                        "checkpoint; past it the chief exits 1")
+    precision: str = _opt("auto", choices=EVAL_PRECISIONS,
+                          doc="what the evaluator computes in. auto: what training computes in, as Keras's evaluate "
+                              "does under a mixed policy (half the arithmetic of float32 with bfloat16; the score "
+                              "can differ from float32's by a few images of 10k); float32: as the export computes")
     nice: Any = _opt("idle", check=v.nice, kind="nice",
                      doc="the evaluator's CPU priority, so that it slows training as little as it can: idle (Linux "
                          "SCHED_IDLE: it runs only on cores the trainers leave idle, though it still shares "

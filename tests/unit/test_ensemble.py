@@ -6,6 +6,7 @@ import io
 import json
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from estimator_mnist.ensemble import build_and_export
@@ -17,35 +18,45 @@ from estimator_mnist.sweep import records
 NETWORKS = ("classic_cnn", "tutorial_cnn")
 
 
-def _member_checkpoint(tmp_path, network: str, seed: int) -> str:
-    """A checkpoint as a trial leaves it: the network alone in its graph, random weights."""
+AVERAGE = "/ExponentialMovingAverage"
+
+
+def _member_checkpoint(tmp_path, network: str, seed: int, averaged: bool = False) -> str:
+    """A checkpoint as a trial leaves it: the network alone in its graph, random weights, and if `averaged`
+    random moving averages of them as well (model.weight_average_decay > 0), which the member must be."""
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(seed)
-        build_network(network)(tf.compat.v1.placeholder(tf.float32, [None, 28, 28, 1]))
+        model = build_network(network)
+        model(tf.compat.v1.placeholder(tf.float32, [None, 28, 28, 1]))
+        saved = {w.op.name: w for w in model.weights}
+        if averaged:
+            saved.update({w.op.name + AVERAGE: tf.Variable(tf.random.normal(w.shape, stddev=0.05)) for w in model.weights})
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
-            return tf.compat.v1.train.Saver().save(session, str(tmp_path / network / "model.ckpt"), global_step=5)
+            return tf.compat.v1.train.Saver(saved).save(session, str(tmp_path / network / "model.ckpt"), global_step=5)
 
 
-def _own_probabilities(network: str, checkpoint: str, images) -> np.ndarray:
+def _own_probabilities(network: str, checkpoint: str, images, averaged: bool = False) -> np.ndarray:
     with tf.Graph().as_default():
         model = build_network(network)
         feed = tf.compat.v1.placeholder(tf.float32, [None, 28, 28, 1])
         probabilities = tf.nn.softmax(model(feed, training=False))
         with tf.compat.v1.Session() as session:
-            tf.compat.v1.train.Saver().restore(session, checkpoint)
+            tf.compat.v1.train.Saver({w.op.name + (AVERAGE if averaged else ""): w for w in model.weights}).restore(
+                session, checkpoint)
             return session.run(probabilities, {feed: images})
 
 
-def test_members_of_two_networks_on_two_devices_export_as_one_model_of_their_average(tmp_path):
-    checkpoints = [_member_checkpoint(tmp_path, n, seed) for seed, n in enumerate(NETWORKS, start=1)]
+@pytest.mark.parametrize("averaged", [(False, False), (True, False)], ids=["weights", "one_member_averaged"])
+def test_members_of_two_networks_on_two_devices_export_as_one_model_of_their_average(tmp_path, averaged):
+    checkpoints = [_member_checkpoint(tmp_path, n, seed, a) for (seed, n), a in zip(enumerate(NETWORKS, start=1), averaged)]
     members = tuple(Member(f"trial-00{i}", {"model.network": n}, n, c, f"/device:CPU:{i}", 0.5)
                     for i, (n, c) in enumerate(zip(NETWORKS, checkpoints)))
     records.save(tmp_path, {"identity": {}, "trials": []})
     plan = EnsemblePlan(tmp_path, members, "unused", 32, logical_cpus=2)
     rng = np.random.default_rng(0)
     images = rng.random((50, 28, 28, 1), dtype=np.float32)
-    own = [_own_probabilities(n, c, images) for n, c in zip(NETWORKS, checkpoints)]
+    own = [_own_probabilities(n, c, images, a) for n, c, a in zip(NETWORKS, checkpoints, averaged)]
     labels = np.argmax(own[0] + own[1], axis=1)  # labels the average gets right, and the members less often
 
     out = io.StringIO()

@@ -74,13 +74,52 @@ def test_mixed_precision_computes_in_16_bits_and_keeps_float32_variables(precisi
         assert np.all(np.isfinite(losses))
 
 
-def test_evaluation_and_export_compute_in_float32_whatever_the_training_precision():
+def _convolution_types(mode, **params):
     with tf.Graph().as_default() as graph:
-        params = {"config": ModelConfig(), "batch_size_per_replica": 8, "max_steps": 100,
-                  "precision": "mixed_bfloat16"}
-        model_fn({"image": tf.random.uniform([8, 28, 28, 1])}, None, ModeKeys.PREDICT, params)
-        convolutions = [op for op in graph.get_operations() if op.type == "Conv2D"]
-        assert convolutions and all(op.get_attr("T") == tf.float32 for op in convolutions)
+        tf.compat.v1.train.get_or_create_global_step()
+        params = {"config": ModelConfig(), "batch_size_per_replica": 8, "max_steps": 100, **params}
+        labels = None if mode == ModeKeys.PREDICT else tf.constant(np.arange(8) % 10, tf.int64)
+        model_fn({"image": tf.random.uniform([8, 28, 28, 1])}, labels, mode, params)
+        return {op.get_attr("T") for op in graph.get_operations() if op.type == "Conv2D"}
+
+
+def test_prediction_computes_in_float32_whatever_the_training_precision():
+    assert _convolution_types(ModeKeys.PREDICT, precision="mixed_bfloat16", eval_precision="mixed_bfloat16") == {
+        tf.float32}
+
+
+@pytest.mark.parametrize("setting, computes_in", [("auto", tf.bfloat16), ("float32", tf.float32)])
+def test_evaluation_computes_in_what_evaluation_precision_says(setting, computes_in):
+    from estimator_mnist.task_plan import evaluation_precision  # pylint: disable=import-outside-toplevel
+
+    config = config_from_dict({"cluster": {"chief": ["localhost:1"]}, "evaluation": {"precision": setting}}, "test")
+    resolved = evaluation_precision(config, "mixed_bfloat16")
+    assert resolved == ("mixed_bfloat16" if setting == "auto" else "float32")
+    assert _convolution_types(ModeKeys.EVAL, precision="mixed_bfloat16", eval_precision=resolved) == {computes_in}
+    assert evaluation_precision(config, "float32") == "float32"
+
+
+def test_the_evaluator_evaluates_in_the_training_precision(tmp_path):
+    """The evaluator task's own session config (grappler's remapper on) scores a checkpoint in bfloat16,
+    the averages included, and gets float32's loss to within bfloat16's rounding."""
+    images, labels = fake_mnist(256)
+    results = {}
+    for precision in ("float32", "mixed_bfloat16"):
+        config = config_from_dict({
+            "cluster": {"chief": ["localhost:1"], "evaluator": "localhost"},
+            "training": {"batch_size_per_replica": 32, "max_steps": 4, "save_checkpoints_steps": 4},
+            "evaluation": {"batch_size": 128}, "model_dir": str(tmp_path / "model"),
+        }, "test")
+        train_spec, eval_spec = runner.train_and_eval_specs(config, make_dataset=lambda split: dataset_of(images, labels))
+        if precision == "float32":
+            runner.build_estimator(config, plan_task(config, TaskId("chief", 0))).train(train_spec.input_fn,
+                                                                                      max_steps=4)
+        evaluator = runner.build_estimator(config, plan_task(config, TaskId("evaluator", 0)), None, precision)
+        assert evaluator.params["eval_precision"] == precision
+        results[precision] = evaluator.evaluate(eval_spec.input_fn)
+    assert results["mixed_bfloat16"]["global_step"] == 4
+    # Not the accuracy: four steps on random images leave near-ties that bfloat16 may break the other way.
+    assert results["mixed_bfloat16"]["loss"] == pytest.approx(results["float32"]["loss"], rel=0.01)
 
 
 def test_dropout_is_a_layer_before_the_logits_only_when_asked_for():
