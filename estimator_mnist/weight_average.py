@@ -37,10 +37,10 @@ def update_averages(weights: List[tf.Variable], decay: float, global_step: tf.Te
     ONLY_FIRST_REPLICA: every replica holds the same weights after a
     synchronous step, so each keeps its average from its own copy, and no
     all-reduce is added (an update in replica context needs an aggregation,
-    and MEAN would all-reduce 13 MB a step for nothing). Under the
-    asynchronous parameter-server strategies the average lives on the ps
-    beside its weight, and each worker's update pulls it towards the
-    weights it last read.
+    and MEAN would all-reduce the 6.5 MB of weights every step for nothing).
+    Under the parameter-server strategies the average lives on the ps beside
+    its weight, and every worker's step pulls it towards the weights that
+    worker reads: with N workers it moves about N times per global step.
     """
     if not decay:
         return after
