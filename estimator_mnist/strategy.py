@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from .config import Config, TaskId, device_index
 from .errors import UsageError
-from .task_plan import TaskPlan
+from .task_plan import TaskPlan, evaluation_precision
 from .tf_workarounds import no_bfloat16_fusion, set_collective_options, size_thread_pools
 ERR_NCCL_NO_GPU_RUNTIME = ("task {task}: {key} is nccl but this process sees no GPU ({visible}); "
                            "use ring or auto, or give the task GPUs with tasks.{task}.gpus")
@@ -62,7 +62,8 @@ def session_config(config: Config, plan: TaskPlan, precision: str) -> tf.compat.
         # Graph sessions and the task's server build their devices from the
         # ConfigProto, not from tf.config's logical devices.
         proto.device_count["CPU"] = plan.logical_cpus
-    if not task.is_evaluator and precision == "mixed_bfloat16":
+    # What this task computes in: the evaluator evaluates in evaluation.precision's choice.
+    if (evaluation_precision(config, precision) if task.is_evaluator else precision) == "mixed_bfloat16":
         no_bfloat16_fusion(proto)
     if config.strategy.name == "parameter_server_sync" and task.is_trainer:
         # Estimator sets these filters only when it builds the session config

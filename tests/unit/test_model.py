@@ -100,8 +100,8 @@ def test_evaluation_computes_in_what_evaluation_precision_says(setting, computes
 
 
 def test_the_evaluator_evaluates_in_the_training_precision(tmp_path):
-    """The evaluator task's own session config (grappler's remapper on) scores a checkpoint in bfloat16,
-    the averages included, and gets float32's loss to within bfloat16's rounding."""
+    """The evaluator task's own session config scores a checkpoint in bfloat16, the averages included, and gets
+    float32's loss to within bfloat16's rounding."""
     images, labels = fake_mnist(256)
     results = {}
     for precision in ("float32", "mixed_bfloat16"):
