@@ -109,9 +109,8 @@ def global_batch_loss(labels, logits, global_batch_size):
 def model_fn(features, labels, mode, params, config=None):
     model_config = params["config"]
     images = features[IMAGE_KEY] if isinstance(features, dict) else features
-    # The variables are float32 whatever the precision. Evaluation computes in the training precision unless
-    # evaluation.precision says float32 (bfloat16 halves the arithmetic of scoring 10k images, and the
-    # score differs by a few images at most). The export (export.py) always computes in float32.
+    # The variables are float32 whatever the precision. Evaluation computes in float32, as the export
+    # (export.py) does, unless evaluation.precision: training (docs/performance.md, "Evaluating in bfloat16").
     precision = params.get({tf.estimator.ModeKeys.TRAIN: "precision",
                             tf.estimator.ModeKeys.EVAL: "eval_precision"}.get(mode, ""), "float32")
     network = build_network(model_config.network, precision, model_config.dropout)

@@ -166,8 +166,8 @@ def plan_task(config: Config, task: TaskId, tf_config: Optional[dict] = None, *,
 
 
 def evaluation_precision(config: Config, training_precision: str) -> str:
-    """What evaluation computes in: the resolved training precision, or float32 (evaluation.precision)."""
-    return training_precision if config.evaluation.precision == "auto" else "float32"
+    """What evaluation computes in: float32, or with evaluation.precision: training the resolved training precision."""
+    return training_precision if config.evaluation.precision == "training" else "float32"
 
 
 def resolve_precision(plan: TaskPlan, gpu_capabilities: Sequence[Tuple[int, int]]) -> str:

@@ -168,7 +168,7 @@ def size_thread_pools(intra_op_threads: int, inter_op_threads: int) -> None:
 def no_bfloat16_fusion(proto: tf.compat.v1.ConfigProto) -> None:
     """TF 2.15: in a cluster session grappler's remapper fuses bfloat16 Conv2D+BiasAdd+Relu into a
     _FusedConv2D that has no bfloat16 CPU kernel, and the first step fails. Bfloat16 trainers turn the
-    remapper off, and so does an evaluator that evaluates in bfloat16 (it cost 8% of its speed on the Zen 4).
+    remapper off, and so does an evaluator told to evaluate in bfloat16 (8% slower evaluations on the Zen 4).
     Pinned by tests/unit/test_strategy.py::test_bfloat16_turns_off_the_fusion_that_has_no_bfloat16_kernel.
     """
     from tensorflow.core.protobuf import rewriter_config_pb2  # pylint: disable=import-outside-toplevel

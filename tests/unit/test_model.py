@@ -88,27 +88,27 @@ def test_prediction_computes_in_float32_whatever_the_training_precision():
         tf.float32}
 
 
-@pytest.mark.parametrize("setting, computes_in", [("auto", tf.bfloat16), ("float32", tf.float32)])
+@pytest.mark.parametrize("setting, computes_in", [("training", tf.bfloat16), ("float32", tf.float32)])
 def test_evaluation_computes_in_what_evaluation_precision_says(setting, computes_in):
     from estimator_mnist.task_plan import evaluation_precision  # pylint: disable=import-outside-toplevel
 
     config = config_from_dict({"cluster": {"chief": ["localhost:1"]}, "evaluation": {"precision": setting}}, "test")
     resolved = evaluation_precision(config, "mixed_bfloat16")
-    assert resolved == ("mixed_bfloat16" if setting == "auto" else "float32")
+    assert resolved == ("mixed_bfloat16" if setting == "training" else "float32")
     assert _convolution_types(ModeKeys.EVAL, precision="mixed_bfloat16", eval_precision=resolved) == {computes_in}
     assert evaluation_precision(config, "float32") == "float32"
 
 
-def test_the_evaluator_evaluates_in_the_training_precision(tmp_path):
-    """The evaluator task's own session config scores a checkpoint in bfloat16, the averages included, and gets
-    float32's loss to within bfloat16's rounding."""
+def test_an_evaluator_told_so_evaluates_in_the_training_precision(tmp_path):
+    """With evaluation.precision: training the evaluator task, with its own session config, scores a checkpoint in
+    bfloat16, the averages included, and gets float32's loss to within bfloat16's rounding."""
     images, labels = fake_mnist(256)
     results = {}
     for precision in ("float32", "mixed_bfloat16"):
         config = config_from_dict({
             "cluster": {"chief": ["localhost:1"], "evaluator": "localhost"},
             "training": {"batch_size_per_replica": 32, "max_steps": 4, "save_checkpoints_steps": 4},
-            "evaluation": {"batch_size": 128}, "model_dir": str(tmp_path / "model"),
+            "evaluation": {"batch_size": 128, "precision": "training"}, "model_dir": str(tmp_path / "model"),
         }, "test")
         train_spec, eval_spec = runner.train_and_eval_specs(config, make_dataset=lambda split: dataset_of(images, labels))
         if precision == "float32":

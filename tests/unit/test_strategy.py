@@ -87,10 +87,10 @@ def test_bfloat16_turns_off_the_fusion_that_has_no_bfloat16_kernel():
     fp32 = session_proto(make_config(), TaskId("chief", 0), "float32")
     assert fp32.graph_options.rewrite_options.remapping != off
     evaluator = session_proto(make_config(), TaskId("evaluator", 0), "mixed_bfloat16")
-    assert evaluator.graph_options.rewrite_options.remapping == off  # it evaluates in bfloat16 (evaluation.precision)
-    float32_evaluator = session_proto(make_config(evaluation={"precision": "float32"}), TaskId("evaluator", 0),
-                                      "mixed_bfloat16")
-    assert float32_evaluator.graph_options.rewrite_options.remapping != off
+    assert evaluator.graph_options.rewrite_options.remapping != off  # it evaluates in float32 by default
+    bfloat16_evaluator = session_proto(make_config(evaluation={"precision": "training"}), TaskId("evaluator", 0),
+                                       "mixed_bfloat16")
+    assert bfloat16_evaluator.graph_options.rewrite_options.remapping == off
 
 
 def test_sync_ps_workers_only_talk_to_the_ps_tasks_and_themselves():
