@@ -127,7 +127,8 @@ def model_fn(features, labels, mode, params, config=None):
         loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits, loss_collection=None)
         metrics = {"accuracy": tf.compat.v1.metrics.accuracy(labels=labels, predictions=class_ids)}
         # The average the trainers kept (weight_average.py), if they kept one, is scored in the weights' place.
-        scaffold = scaffold_restoring_averages(network.weights) if model_config.weight_average_decay else None
+        weights = float32_variables(network)  # the ones training averaged, under any AutoCastVariable
+        scaffold = scaffold_restoring_averages(weights) if model_config.weight_average_decay else None
         return tf.estimator.EstimatorSpec(mode=mode, loss=loss, eval_metric_ops=metrics, scaffold=scaffold)
 
     # In replica context this is the strategy Estimator trains with (or the default one).

@@ -75,11 +75,10 @@ def restore_map(weight_names: List[str], weights: List[tf.Variable], averaged: b
 def scaffold_restoring_averages(weights: List[tf.Variable]) -> tf.compat.v1.train.Scaffold:
     """For Estimator's evaluation: restores each weight from its average, and the global step.
 
-    `weights` must be the only network in their graph (model_fn's EVAL
-    graph), so that they are named as in training. Under a mixed precision
-    they are AutoCastVariables: the Saver restores the float32 variables under them.
+    `weights` (float32 variables, as tf_workarounds.float32_variables gives
+    them) must be the only network in their graph (model_fn's EVAL graph),
+    so that they are named as in training.
     """
-    weights = [getattr(w, "_variable", w) for w in weights]
     saver = tf.compat.v1.train.Saver(restore_map([w.op.name for w in weights], weights, averaged=True,
                                                  global_step=tf.compat.v1.train.get_global_step()))
     return tf.compat.v1.train.Scaffold(saver=saver)
