@@ -31,11 +31,12 @@ TORCH_PYTHON = Path(os.environ.get("ESTIMATOR_MNIST_TORCH_VENV", REPO / ".venv-t
 
 def run_trainer(workdir: Path, data_dir: str, workers: int, steps: int, batch: int, precision: str,
                 threads: Sequence, learning_rate: float, warmup: int, timeout: float) -> Run:
-    """chief + workers - 1 + evaluator under multi_worker_mirrored, on the reference's work (no dropout)."""
+    """chief + workers - 1 + evaluator under multi_worker_mirrored, on the reference's work (no dropout,
+    one-hot targets)."""
     overrides = ["strategy.name=multi_worker_mirrored", f"model.precision={precision}", "model.lr_schedule=constant",
                  f"model.learning_rate={learning_rate}", "model.dropout=0.0",
                  # The references score their weights themselves, not a moving average of them.
-                 "model.weight_average_decay=0",
+                 "model.weight_average_decay=0", "model.label_smoothing=0",
                  f"tasks.all.intra_op_threads={threads[0]}", f"tasks.all.inter_op_threads={threads[1]}",
                  f"training.batch_size_per_replica={batch}", f"training.max_steps={steps}",
                  f"training.save_checkpoints_steps={steps}",

@@ -8,32 +8,39 @@ than by the cluster: one process trains the classic CNN on the global batch
 with Keras's training loop and scores the whole 10k test set every --every
 steps. The learning rate is the trainer's own model.lr_schedule:
 warmup_cosine (estimator_mnist.model computes it: a tenth of the peak rising
-to it over --warmup steps, then cosine to 0 at --steps). Seconds per
-step are the benchmark's business (keras_comparison.py); this one prints
-steps only:
+to it over --warmup steps, then cosine to 0 at --steps). The targets are
+smoothed as model.label_smoothing does, and the score is that of the moving
+average of the weights the evaluator restores (model.weight_average_decay);
+every default is the trainer's. Seconds per step are the
+benchmark's business (keras_comparison.py); this one prints steps only:
 
-  .venv/bin/python benchmarks/schedule_probe.py --batch 512 --steps 400 --lr 0.003 --warmup 40
-  RESULT first_992=250 final=0.9924 evaluations=[[100, 0.9801], ...]
+  .venv/bin/python benchmarks/schedule_probe.py --seed 1 --start 200   # the defaults: batch 512, 500 steps
+  RESULT first_992=200 final=0.9935 evaluations=[[200, 0.9923], [225, 0.9928], [250, 0.993], ...]
 
 The default run trains 2 workers x 256 = a global batch of 512.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
 from common import benchmark_parser
 from estimator_mnist.config import default_data_dir
+from estimator_mnist.config.schema import ModelConfig
 
 
 def parse_args(argv=None):
     parser = benchmark_parser(__doc__)
     parser.add_argument("--batch", type=int, default=512, help="global batch (workers x batch_size_per_replica)")
     parser.add_argument("--steps", type=int, default=500)
-    parser.add_argument("--lr", type=float, default=0.003, help="peak learning rate (Adam)")
+    parser.add_argument("--lr", type=float, default=ModelConfig().learning_rate, help="peak learning rate (Adam)")
     parser.add_argument("--warmup", type=int, default=40)
-    parser.add_argument("--dropout", type=float, default=0.4)
+    parser.add_argument("--dropout", type=float, default=ModelConfig().dropout)
+    parser.add_argument("--label-smoothing", type=float, default=ModelConfig().label_smoothing)
+    parser.add_argument("--weight-average-decay", type=float, default=ModelConfig().weight_average_decay,
+                        help="score a moving average of the weights, as the evaluator does; 0: the weights")
     parser.add_argument("--every", type=int, default=25, help="score the test set every N steps")
     parser.add_argument("--start", type=int, default=100, help="from this step on")
     parser.add_argument("--seed", type=int, default=0)
@@ -41,12 +48,40 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+class WeightAverage:
+    """weight_average.py's moving average, kept beside a Keras network's weights and swapped in to be scored."""
+
+    def __init__(self, tf, weights, decay: float):
+        self._tf, self._weights, self.decay = tf, weights, decay
+        self._averages = [tf.Variable(w, trainable=False) for w in weights]
+        self._kept = [tf.Variable(w, trainable=False) for w in weights]
+
+    def update(self, step):
+        # The decay warmed up as tf.train.ExponentialMovingAverage's num_updates, as the trainer does.
+        step = self._tf.cast(step, self._tf.float32)
+        step_decay = self._tf.minimum(self.decay, (step - 1.0) / (step + 8.0))
+        for average, weight in zip(self._averages, self._weights):
+            average.assign(step_decay * average + (1.0 - step_decay) * weight)
+
+    @contextlib.contextmanager
+    def in_place(self):
+        """The average in the weights' place, as the evaluator restores it; nothing to swap with decay 0."""
+        swap = bool(self.decay)
+        for keep, weight, average in zip(self._kept, self._weights, self._averages) if swap else ():
+            keep.assign(weight)
+            weight.assign(average)
+        try:
+            yield
+        finally:
+            for keep, weight in zip(self._kept, self._weights) if swap else ():
+                weight.assign(keep)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     from estimator_mnist.data import IMAGE_KEY, input_fn  # pylint: disable=import-outside-toplevel
-    from estimator_mnist.config.schema import ModelConfig  # pylint: disable=import-outside-toplevel
     from estimator_mnist.model import _learning_rate, build_network  # pylint: disable=import-outside-toplevel
 
     tf.random.set_seed(args.seed)
@@ -55,7 +90,9 @@ def main(argv=None) -> int:
     test = list(input_fn(tf.estimator.ModeKeys.EVAL, None, data_dir=args.data_dir, batch_size_per_replica=1,
                          eval_batch_size=2000))
     network = build_network("classic_cnn", "float32", args.dropout)
-
+    network.build((None, 28, 28, 1))
+    weights = network.trainable_variables
+    average = WeightAverage(tf, weights, args.weight_average_decay)
     schedule = ModelConfig(learning_rate=args.lr, lr_schedule="warmup_cosine", warmup_steps=args.warmup)
 
     class WarmupCosine(tf.keras.optimizers.schedules.LearningRateSchedule):
@@ -64,26 +101,29 @@ def main(argv=None) -> int:
 
     # tf.compat.v1's AdamOptimizer, which the trainer uses, has epsilon 1e-8.
     optimizer = tf.keras.optimizers.Adam(learning_rate=WarmupCosine(), epsilon=1e-8)
-    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    # Keras's label_smoothing is the trainer's: (1 - s) one-hot + s / 10 on every class.
+    loss_fn = tf.keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=args.label_smoothing)
 
     @tf.function
-    def train_step(images, labels):
+    def train_step(images, labels, step):
         with tf.GradientTape() as tape:
-            loss = loss_fn(labels, network(images, training=True))
-        optimizer.apply_gradients(zip(tape.gradient(loss, network.trainable_variables), network.trainable_variables))
+            loss = loss_fn(tf.one_hot(labels, 10), network(images, training=True))
+        optimizer.apply_gradients(zip(tape.gradient(loss, weights), weights))
+        average.update(step)
 
     @tf.function
     def predict(images):
         return tf.argmax(network(images, training=False), 1, output_type=tf.int32)
 
     def accuracy() -> float:
-        right = sum(int(tf.reduce_sum(tf.cast(predict(f[IMAGE_KEY]) == labels, tf.int32))) for f, labels in test)
+        with average.in_place():
+            right = sum(int(tf.reduce_sum(tf.cast(predict(f[IMAGE_KEY]) == labels, tf.int32))) for f, labels in test)
         return round(right / sum(len(labels) for _, labels in test), 4)
 
     evaluations = []
     for step in range(1, args.steps + 1):
         features, labels = next(train)
-        train_step(features[IMAGE_KEY], labels)
+        train_step(features[IMAGE_KEY], labels, tf.constant(step))  # a tensor: a Python int would retrace every step
         if (step >= args.start and step % args.every == 0) or step == args.steps:
             evaluations.append([step, accuracy()])
             print(f"step {step}: {evaluations[-1][1]:.4f}", flush=True)

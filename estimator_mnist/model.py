@@ -86,15 +86,22 @@ def _optimizer(model_config, learning_rate):
     return tf.compat.v1.train.MomentumOptimizer(learning_rate, model_config.momentum)
 
 
-def global_batch_loss(labels, logits, global_batch_size):
+def global_batch_loss(labels, logits, global_batch_size, label_smoothing=0.0):
     """Cross-entropy summed over this replica's examples, divided by the GLOBAL batch.
 
     The replicas' gradients are summed by the all-reduce, so the result is the
     gradient of the mean over the global batch whatever the number of replicas.
     Reduction.SUM also tells the v1 optimizer not to divide by the number of
     replicas a second time (it does so for any other last loss reduction).
+    With `label_smoothing` s the target is (1 - s) one-hot + s / 10 on every
+    class, as Keras's `label_smoothing`: measured to reach 99.2% in fewer steps
+    (docs/performance.md, "Label smoothing").
     """
-    per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    if label_smoothing:
+        targets = tf.one_hot(labels, NUM_CLASSES) * (1.0 - label_smoothing) + label_smoothing / NUM_CLASSES
+        per_example = tf.nn.softmax_cross_entropy_with_logits(labels=targets, logits=logits)
+    else:
+        per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
     return tf.compat.v1.losses.compute_weighted_loss(
         per_example, weights=1.0 / global_batch_size,
         reduction=tf.compat.v1.losses.Reduction.SUM, loss_collection=None)
@@ -133,7 +140,7 @@ def model_fn(features, labels, mode, params, config=None):
 
     # In replica context this is the strategy Estimator trains with (or the default one).
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
-    loss = global_batch_loss(labels, logits, params["batch_size_per_replica"] * replicas)
+    loss = global_batch_loss(labels, logits, params["batch_size_per_replica"] * replicas, model_config.label_smoothing)
     batch_accuracy = tf.reduce_mean(tf.cast(tf.equal(class_ids, labels), tf.float32))
     # Estimator already writes the (replica-summed) "loss" summary.
     tf.compat.v1.summary.scalar("train_accuracy", batch_accuracy)

@@ -11,7 +11,7 @@ from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.config.schema import ModelConfig
 from estimator_mnist.data import input_fn
 from estimator_mnist.export import export_checkpoint
-from estimator_mnist.model import build_network, global_batch_loss, model_fn
+from estimator_mnist.model import build_network, model_fn
 from estimator_mnist.task_plan import plan_task
 from tests.helpers import record_autograph_conversions
 from tests.unit.fakes import dataset_of, fake_mnist, tiny_estimator
@@ -137,15 +137,6 @@ def test_networks_have_the_documented_shapes():
     tutorial.build((None, 28, 28, 1))
     assert [w.shape.as_list() for w in tutorial.trainable_weights if len(w.shape) > 1] == [
         [3, 3, 1, 32], [13 * 13 * 32, 64], [64, 10]]
-
-
-def test_global_batch_loss_divides_by_the_global_batch():
-    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
-        logits = tf.zeros([4, 10])
-        labels = tf.zeros([4], tf.int32)
-        loss = global_batch_loss(labels, logits, global_batch_size=8)
-        # Four examples of log(10) each, summed, over a global batch of 8.
-        assert session.run(loss) == pytest.approx(4 * np.log(10) / 8, rel=1e-5)
 
 
 def _one_sgd_step(tmp_path, name, strategy, batch_size_per_replica, learning_rate=0.5, warm_start_from=None):
