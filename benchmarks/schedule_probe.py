@@ -52,16 +52,16 @@ class WeightAverage:
     """weight_average.py's moving average, kept beside a Keras network's weights and swapped in to be scored."""
 
     def __init__(self, tf, weights, decay: float):
-        self._tf, self._weights, self.decay = tf, weights, decay
+        from estimator_mnist.weight_average import warmed_up_decay  # pylint: disable=import-outside-toplevel
+
+        self._warmed_up_decay, self._weights, self.decay = warmed_up_decay, weights, decay
         self._averages = [tf.Variable(w, trainable=False) for w in weights]
         self._kept = [tf.Variable(w, trainable=False) for w in weights]
 
     def update(self, step):
-        # The decay warmed up as tf.train.ExponentialMovingAverage's num_updates, as the trainer does.
-        step = self._tf.cast(step, self._tf.float32)
-        step_decay = self._tf.minimum(self.decay, (step - 1.0) / (step + 8.0))
+        kept = self._warmed_up_decay(self.decay, step)  # the trainer's own warm-up
         for average, weight in zip(self._averages, self._weights):
-            average.assign(step_decay * average + (1.0 - step_decay) * weight)
+            average.assign_sub((1.0 - kept) * (average - weight))
 
     @contextlib.contextmanager
     def in_place(self):

@@ -30,6 +30,12 @@ def average_name(weight_name: str) -> str:
     return f"{weight_name}/{SUFFIX}"
 
 
+def warmed_up_decay(decay: float, steps) -> tf.Tensor:
+    """The decay at step `steps`: min(decay, (n - 1) / (n + 8)), tf.train.ExponentialMovingAverage's warm-up."""
+    steps = tf.cast(steps, tf.float32)
+    return tf.minimum(tf.constant(decay, tf.float32), tf.maximum(steps - 1.0, 0.0) / (steps + 8.0))
+
+
 def update_averages(weights: List[tf.Variable], decay: float, global_step: tf.Tensor, after: tf.Operation) -> tf.Operation:
     """Creates an average per weight and returns the op that updates them after `after` (the optimizer's step);
     with decay 0 there is no average, and `after` is returned as it is.
@@ -45,8 +51,7 @@ def update_averages(weights: List[tf.Variable], decay: float, global_step: tf.Te
     if not decay:
         return after
     with tf.control_dependencies([after]):
-        steps = tf.cast(global_step, tf.float32)
-        kept = tf.minimum(tf.constant(decay, tf.float32), tf.maximum(steps - 1.0, 0.0) / (steps + 8.0))
+        kept = warmed_up_decay(decay, global_step)
         updates = []
         for weight in weights:
             # .name, not .op.name: a mirrored weight's .name is its first replica's, the one all replicas share.
