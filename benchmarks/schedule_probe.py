@@ -82,7 +82,8 @@ def main(argv=None) -> int:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     from estimator_mnist.data import IMAGE_KEY, input_fn  # pylint: disable=import-outside-toplevel
-    from estimator_mnist.model import _learning_rate, build_network  # pylint: disable=import-outside-toplevel
+    from estimator_mnist.model import (  # pylint: disable=import-outside-toplevel
+        NUM_CLASSES, _learning_rate, build_network)
 
     tf.random.set_seed(args.seed)
     train = iter(input_fn(tf.estimator.ModeKeys.TRAIN, None, data_dir=args.data_dir, batch_size_per_replica=args.batch,
@@ -107,7 +108,7 @@ def main(argv=None) -> int:
     @tf.function
     def train_step(images, labels, step):
         with tf.GradientTape() as tape:
-            loss = loss_fn(tf.one_hot(labels, 10), network(images, training=True))
+            loss = loss_fn(tf.one_hot(labels, NUM_CLASSES), network(images, training=True))
         optimizer.apply_gradients(zip(tape.gradient(loss, weights), weights))
         average.update(step)
 
