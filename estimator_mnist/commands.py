@@ -110,7 +110,7 @@ def _run_child(config, plan, priority, ready_fd) -> int:
     # Pinned by tests/unit/test_startup_gc.py.
     gc.disable()
     from .runner import run_task
-    from .tf_workarounds import exit_now
+    from .teardown import exit_now
 
     try:
         return run_task(config, plan, priority, ready_fd)

@@ -28,7 +28,7 @@ import tensorflow as tf
 from . import checkpoints
 from .errors import RETRYABLE_EXIT_CODE
 from .hooks import log
-from .tf_workarounds import exit_now
+from .teardown import exit_now
 
 FLAGS, COUNTERS, READS = "estimator_mnist_preemption_flags", "estimator_mnist_preemption_counters", \
     "estimator_mnist_preemption_reads"

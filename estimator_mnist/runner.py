@@ -27,7 +27,8 @@ from .progress import ProgressWriter, fresh_rates, progress_path
 from .roles import DoneSignalHook, finish_training, run_evaluator, run_ps, run_trainer
 from .strategy import build_train_strategy, configure_devices, gpu_capabilities, session_config
 from .task_plan import TaskPlan, describe, evaluation_precision, resolve_precision
-from .tf_workarounds import TeardownWatchdogHook, bound_session_recreation, lean_checkpoint_start, lean_events_graph
+from .teardown import TeardownWatchdogHook
+from .tf_workarounds import bound_session_recreation, lean_checkpoint_start, lean_events_graph
 
 # TensorFlow's errors for a peer that is gone or unreachable, or a wait that timed out: a restart can cure them.
 TRANSIENT_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError)

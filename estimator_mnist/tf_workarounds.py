@@ -1,8 +1,11 @@
 """Every work-around for TensorFlow 2.15 (tensorflow-estimator 2.15.0) in one place.
 
 Each entry names the TF version it was seen on, the symptom, and the test
-that pins it. Two more live where the data flows and are listed here so that
+that pins it. Three more live where the data flows and are listed here so that
 this file stays the index:
+- trainers blocked in closing their session after training end by themselves
+  once their work is on disk (teardown.TeardownWatchdogHook; pinned by
+  tests/unit/test_hooks.py::test_teardown_watchdog_exits_only_once_the_work_is_saved);
 - in-graph strategies (mirrored, one_device) run with no TF_CONFIG cluster:
   with one, Estimator placed the input pipeline on /job:localhost while the
   session had only /job:chief devices (task_plan.plan_task sets tf_config to
@@ -16,17 +19,12 @@ this file stays the index:
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
-import sys
-import threading
 import time
 
 import tensorflow as tf
 
-from . import checkpoints
-from .tasklog import log
 
 READY_POLL_SECS = 1.0
 
@@ -232,57 +230,6 @@ def remove_collective_scratch(model_dir: str, task) -> None:
     """
     tf.compat.v1.summary.FileWriterCache.clear()  # closes the writers, which would re-create their files
     shutil.rmtree(os.path.join(model_dir, f"tmp_{task.type}_{task.index}"), ignore_errors=True)
-
-
-def exit_now(message: str, code: int = 0) -> None:
-    """Ends the process at once (TF threads blocked in C++ would stop a normal exit), logs flushed."""
-    log(message)
-    logging.shutdown()
-    sys.stdout.flush()
-    os._exit(code)
-
-
-class TeardownWatchdogHook(tf.compat.v1.train.SessionRunHook):
-    """TF 2.15: trainers kept running after training was over, waiting on peers or in session close.
-
-    Seen, all after the chief's final checkpoint was on disk: under
-    MultiWorkerMirrored, GrpcSession::Close on the chief and the workers waited
-    60-90 s on peers that had already finished (py-spy: LocalMaster::CloseSession
-    in WaitForNotification); a worker stayed blocked after the chief finished;
-    with in-graph MirroredStrategy, BaseSession.close blocked for minutes with
-    no peer at all. So every trainer watches model_dir from the start. Once its
-    work is on disk (the checkpoint at or past max_steps; for a process that
-    evaluates itself, and for the chief of a cluster with an evaluator, the
-    final evaluation too) it has `timeout_secs` to exit by itself, then it says
-    why and exits 0: nothing is lost. A final evaluation that does not come
-    within `final_timeout_secs` ends it with 1. Pinned by
-    tests/unit/test_hooks.py::test_teardown_watchdog_exits_only_once_the_work_is_saved.
-    """
-
-    def __init__(self, model_dir: str, timeout_secs: float, max_steps: int, wait_for_final_evaluation: bool = False,
-                 before_exit=None, exit_fn=exit_now, poll_secs: float = 0.5, final_timeout_secs: float = 600):
-        self._model_dir, self._timeout_secs, self._max_steps = model_dir, timeout_secs, max_steps
-        self._wait_for_final_evaluation = wait_for_final_evaluation
-        self._final_timeout_secs = final_timeout_secs
-        self._before_exit, self._exit_fn, self._poll_secs = before_exit, exit_fn, poll_secs
-
-    def begin(self):
-        threading.Thread(target=self.watch, name="teardown-watchdog", daemon=True).start()
-
-    def watch(self) -> None:
-        while (checkpoints.latest_step(self._model_dir) or -1) < self._max_steps:
-            time.sleep(self._poll_secs)
-        if self._wait_for_final_evaluation and checkpoints.wait_for_final_evaluation(
-                self._model_dir, self._max_steps, self._final_timeout_secs, self._poll_secs) is None:
-            self._exit_fn(f"the final checkpoint was not evaluated within evaluation.final_timeout_secs="
-                          f"{self._final_timeout_secs:g} s; check the evaluator's log", 1)
-            return
-        time.sleep(self._timeout_secs)
-        if self._before_exit is not None:
-            self._before_exit()
-        self._exit_fn(f"training ended at step {checkpoints.latest_step(self._model_dir)} and its results are saved, "
-                      f"but this task is still blocked {self._timeout_secs:g} s later (TensorFlow waiting on peers that "
-                      f"left, or closing its session); exiting")
 
 
 def pin_unplaced(graph, prefix: str, device: str) -> None:

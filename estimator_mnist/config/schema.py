@@ -206,7 +206,7 @@ class TrainingConfig:
                                               doc="a trainer whose cluster has not formed by then names the "
                                                   "peers that do not answer and stops (Estimator's own: 2 hours)")
     teardown_timeout_secs: int = _opt(3, check=v.positive, kind=int,
-                                      doc="exit when closing the session still blocks this long after the last step")
+                                      doc="exit when closing the session still blocks this long after the final checkpoint")
     preemption_grace_secs: int = _opt(25, check=v.positive, kind=int,
                                       doc="after SIGTERM every trainer stops at the same step, the chief saves, and "
                                           "each exits 200 within this; below Kubernetes' default 30 s grace period")

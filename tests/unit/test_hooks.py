@@ -1,6 +1,7 @@
 """Training hooks: the progress record a real Estimator run writes, and the teardown watchdog."""
 
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ from estimator_mnist import runner
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.progress import progress_path, read_progress
 from estimator_mnist.task_plan import plan_task
-from estimator_mnist.tf_workarounds import TeardownWatchdogHook
+from estimator_mnist.teardown import TeardownWatchdogHook
 from tests.unit.fakes import dataset_of, fake_mnist
 
 
@@ -85,8 +86,30 @@ def test_teardown_watchdog_exits_only_once_the_work_is_saved(tmp_path, evaluates
         write_final_evaluation(tmp_path)
     watcher.join(timeout=10)
     assert reported == [True]  # the task's own step count is logged before it is ended
-    assert exits == [("training ended at step 5 and its results are saved, but this task is still blocked 0.2 s "
-                      "later (TensorFlow waiting on peers that left, or closing its session); exiting", 0)]
+    assert len(exits) == 1 and exits[0][1] == 0
+    assert re.fullmatch(r"training ended at step 5 and its results are saved, but this task is still blocked "
+                        r"\d+\.\d s after the final checkpoint \(TensorFlow waiting on peers that left, or closing "
+                        r"its session\); exiting", exits[0][0]), exits
+
+
+@pytest.mark.parametrize("evaluated_after, exits_after", [(0.4, 1.0), (1.5, 1.8)])
+def test_the_teardown_timeout_counts_from_the_final_checkpoint(tmp_path, evaluated_after, exits_after):
+    """The chief waits for the final evaluation within its timeout, not before it: an evaluation recorded
+    0.4 s after the checkpoint still ends a blocked chief 1 s after the checkpoint; one recorded after the
+    timeout ends it `after_final_evaluation_secs` (0.3 s) later, not a whole timeout later."""
+    exited_at = []
+    hook = TeardownWatchdogHook(str(tmp_path), timeout_secs=1.0, max_steps=5, wait_for_final_evaluation=True,
+                                poll_secs=0.02, after_final_evaluation_secs=0.3,
+                                exit_fn=lambda message, code=0: exited_at.append(time.monotonic()))
+    watcher = threading.Thread(target=hook.watch, daemon=True)
+    watcher.start()
+    write_final_checkpoint(tmp_path)
+    saved = time.monotonic()
+    time.sleep(evaluated_after)
+    write_final_evaluation(tmp_path)
+    watcher.join(timeout=10)
+    assert len(exited_at) == 1
+    assert exits_after - 0.05 <= exited_at[0] - saved <= exits_after + 0.25  # before: 1.4 s and 2.5 s
 
 
 def test_teardown_watchdog_gives_up_on_a_final_evaluation_that_never_comes(tmp_path):

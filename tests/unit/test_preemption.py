@@ -12,7 +12,7 @@ from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.preemption import Preemption
 from estimator_mnist.progress import read_progress
 from estimator_mnist.task_plan import plan_task
-from estimator_mnist.tf_workarounds import TeardownWatchdogHook
+from estimator_mnist.teardown import TeardownWatchdogHook
 from tests.unit.fakes import dataset_of, fake_mnist
 
 
