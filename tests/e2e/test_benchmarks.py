@@ -56,3 +56,15 @@ def test_schedule_probe_smoke_run(mnist_data_dir):
     last = result.stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"RESULT first_992=(None|\d+) final=\d\.\d{4} evaluations=\[\[1, [\d.]+\], \[2, [\d.]+\]\]",
                         last), last
+
+
+def test_onednn_kernels_smoke_run():
+    """The kernel census finds the trainer worker's log and oneDNN's lines in it (4 steps; measures nothing)."""
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "onednn_kernels.py"), "--steps", "4",
+                             "--ddp", "off"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert re.search(r"^ +\d+\.\d\d  convolution ", result.stdout, re.M), result.stdout[-2000:]
+    last = result.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"RESULT trainer_ms_per_step=\d+\.\d\d ddp_ms_per_step=none isa=native", last), last
+    assert float(last.split()[1].split("=")[1]) > 0
+    assert not processes_mentioning("onednn_kernels_"), "the benchmark left processes behind"
