@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from estimator_mnist.cpu import cpu_kind, cpu_model, usable_cpus
+from estimator_mnist.cpu import cpu_kind, cpu_model, threads_per_core, usable_cpus
 
 from common import DEFAULT_CONFIG, REPO, write_json
 from comparison_figures import Run, paired, ratios, stats, window
@@ -59,7 +59,9 @@ def table(runs: List[Run], defaults_label: str) -> List[str]:
 
 
 def machine() -> str:
+    threads = threads_per_core()
     return (f"{cpu_model()} ({cpu_kind()}), {os.cpu_count()} CPUs visible, {len(usable_cpus())} usable, "
+            f"{'?' if threads is None else threads} hardware thread(s) per core (the kernel's topology), "
             f"Python {platform.python_version()}")
 
 

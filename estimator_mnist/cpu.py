@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 import psutil
 
@@ -51,6 +52,33 @@ def cpu_kind(cpuinfo_path: str = "/proc/cpuinfo") -> str:
 def cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str:
     """The model name /proc/cpuinfo gives, e.g. 'AMD EPYC 9R14 96-Core Processor'."""
     return _cpuinfo(cpuinfo_path).get("model name", "unknown")
+
+
+def _cpu_list(text: str) -> set:
+    """The CPUs a kernel list such as '0-1,4' names."""
+    cpus = set()
+    for part in filter(None, text.strip().split(",")):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def threads_per_core(cpus=None, sysfs: str = "/sys/devices/system/cpu") -> Optional[int]:
+    """The most of `cpus` (default: the usable ones) that the kernel says share one core; None if it does not say.
+
+    Two vCPUs that are two hardware threads of one core share its arithmetic units, so two workers on them
+    can gain little over one. A virtual machine's topology may be wrong: benchmarks/core_sharing.py measures it.
+    """
+    cpus = set(usable_cpus() if cpus is None else cpus)
+    most = 0
+    for cpu in cpus:
+        try:
+            with open(f"{sysfs}/cpu{cpu}/topology/thread_siblings_list", encoding="utf-8") as handle:
+                siblings = _cpu_list(handle.read())
+        except (OSError, ValueError):
+            return None
+        most = max(most, len(siblings & cpus))
+    return most or None
 
 
 def lower_cpu_priority(nice) -> str:
