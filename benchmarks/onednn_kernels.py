@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Dict, Iterable, Optional, Tuple
 
 from estimator_mnist.config import load_config
+from estimator_mnist.progress import STEP_TIMES_EVERY
 
 from common import DEFAULT_CONFIG, benchmark_parser, write_json
 from comparison_runs import run_ddp, run_trainer, torch_available
@@ -83,6 +84,8 @@ def main(argv=None) -> int:
     parser.add_argument("--ddp", choices=("auto", "on", "off"), default="auto")
     parser.add_argument("--timeout", type=float, default=900, help="seconds allowed per run")
     args = parser.parse_args(argv)
+    if args.steps < 2 * STEP_TIMES_EVERY:
+        parser.error(f"--steps {args.steps}: the runs need at least {2 * STEP_TIMES_EVERY} (their images/s window)")
     if args.ddp == "on" and not torch_available():
         parser.error("--ddp on: no PyTorch venv; run benchmarks/setup_pytorch.sh first")
     ddp = args.ddp == "on" or (args.ddp == "auto" and torch_available())

@@ -59,8 +59,11 @@ def test_schedule_probe_smoke_run(mnist_data_dir):
 
 
 def test_onednn_kernels_smoke_run():
-    """The kernel census finds the trainer worker's log and oneDNN's lines in it (4 steps; measures nothing)."""
-    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "onednn_kernels.py"), "--steps", "4",
+    """The kernel census finds the trainer worker's log and oneDNN's lines in it (20 steps; measures nothing)."""
+    too_few = subprocess.run([sys.executable, str(REPO / "benchmarks" / "onednn_kernels.py"), "--steps", "4"],
+                             cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert too_few.returncode == 2 and "at least 20" in too_few.stderr, too_few.stderr
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "onednn_kernels.py"), "--steps", "20",
                              "--ddp", "off"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert re.search(r"^ +\d+\.\d\d  convolution ", result.stdout, re.M), result.stdout[-2000:]
