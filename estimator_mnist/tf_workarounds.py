@@ -1,7 +1,7 @@
 """Every work-around for TensorFlow 2.15 (tensorflow-estimator 2.15.0) in one place.
 
 Each entry names the TF version it was seen on, the symptom, and the test
-that pins it. Three more live where the data flows and are listed here so that
+that pins it. These live where the data flows and are listed here so that
 this file stays the index:
 - trainers blocked in closing their session after training end by themselves
   once their work is on disk (teardown.TeardownWatchdogHook; pinned by
