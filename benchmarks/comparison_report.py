@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from estimator_mnist.cpu import cpu_kind, cpu_model, threads_per_core, usable_cpus
+from estimator_mnist.cpu import cpu_kind, cpu_model, tf_onednn_by_default, threads_per_core, usable_cpus
 
 from common import DEFAULT_CONFIG, REPO, write_json
 from comparison_figures import Run, paired, ratios, stats, window
@@ -62,7 +62,8 @@ def machine() -> str:
     threads = threads_per_core()
     return (f"{cpu_model()} ({cpu_kind()}), {os.cpu_count()} CPUs visible, {len(usable_cpus())} usable, "
             f"{'?' if threads is None else threads} hardware thread(s) per core (the kernel's topology), "
-            f"Python {platform.python_version()}")
+            f"TensorFlow alone computes with oneDNN here: {'yes' if tf_onednn_by_default() else 'no'} "
+            f"(the trainer: always), Python {platform.python_version()}")
 
 
 def _spread(values: List[Optional[float]], digits: int = 1) -> str:

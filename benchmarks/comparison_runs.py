@@ -74,16 +74,20 @@ def _run_workers(workdir: Path, system: str, what: str, workers: int, command, e
 
 
 def run_reference(workdir: Path, data_dir: str, workers: int, steps: int, batch: int, precision: str,
-                  threads: Sequence, learning_rate: float, warmup: int, timeout: float) -> Run:
-    """One keras_reference.py process per worker."""
+                  threads: Sequence, learning_rate: float, warmup: int, timeout: float, onednn: bool = False) -> Run:
+    """One keras_reference.py process per worker; `onednn` exports TF_ENABLE_ONEDNN_OPTS=1 to it, as the trainer's
+    plan does, where by default it computes with what TensorFlow alone picks on this CPU, as Keras users get it."""
     def command(index, ports, run_dir, accuracy_path):
         return [sys.executable, str(KERAS_REFERENCE), "--workers", ",".join(f"localhost:{p}" for p in ports),
                 "--index", str(index), "--steps", str(steps), "--batch", str(batch), "--precision", precision,
                 "--learning-rate", str(learning_rate), "--intra", str(threads[0]), "--inter", str(threads[1]),
                 "--data-dir", data_dir, "--run-dir", str(run_dir), "--accuracy-out", str(accuracy_path)]
 
-    return _run_workers(workdir, "reference", "the Keras reference", workers, command,
-                        dict(os.environ, TF_CPP_MIN_LOG_LEVEL="1"), steps, batch, precision, warmup, timeout)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="1")
+    if onednn:
+        env["TF_ENABLE_ONEDNN_OPTS"] = "1"
+    return _run_workers(workdir, "reference", "the Keras reference", workers, command, env, steps, batch, precision,
+                        warmup, timeout)
 
 
 def torch_available() -> bool:

@@ -45,6 +45,12 @@ precision: what model.precision: auto trained in; cpu: amx, avx512_bf16, avx512,
   .venv/bin/python benchmarks/keras_comparison.py --workers 2 --repeats 0 --default-runs 3   # time to 99.2% only
 
 It must have the machine to itself: anything else running skews the figures.
+
+oneDNN: the trainer's tasks always compute with oneDNN on x86 (their plan
+sets TF_ENABLE_ONEDNN_OPTS=1). TensorFlow 2.15 alone turns it on only on CPUs
+with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX, so on an AVX2-only CPU the
+Keras reference computes with Eigen's kernels, as Keras users get it;
+--keras-onednn on gives it oneDNN as well. The machine line says which.
 """
 
 from __future__ import annotations
@@ -107,6 +113,9 @@ def parse_args(argv=None):
                         help="the probe times worker 0's pipeline of a cluster this big (its first epoch is 60000/N)")
     parser.add_argument("--ddp", choices=("auto", "on", "off"), default="auto",
                         help="also run the PyTorch DDP reference (auto: when benchmarks/setup_pytorch.sh made its venv)")
+    parser.add_argument("--keras-onednn", choices=("default", "on"), default="default",
+                        help="the Keras reference's oneDNN: TensorFlow's own choice on this CPU (default, what Keras "
+                             "users get: off without AVX512_VNNI, AVX512_BF16 or AMX) or on, as the trainer has it")
     parser.add_argument("--default-runs", type=int, default=3, help="runs of the default config, for the time to 99.2%%")
     parser.add_argument("--skip-default-run", action="store_true", help="leave out the default config's runs")
     parser.add_argument("--default-max-steps", type=int, help="shorten the default run (smoke tests)")
@@ -138,8 +147,9 @@ def compare(args, work: Path, defaults: Defaults) -> List[Run]:
         for workers in worker_counts:
             systems = [("trainer", run_trainer), ("reference", run_reference)] + ([("ddp", run_ddp)] if args.ddp else [])
             for system, run in systems:
+                extra = {"onednn": args.keras_onednn == "on"} if system == "reference" else {}
                 runs.append(run(work, defaults.data_dir, workers, batch=args.batch, precision="float32",
-                                threads=threads, **same))
+                                threads=threads, **same, **extra))
                 print(_line(f"rep {repetition} {system:9s} {workers}w float32 batch {args.batch}", runs[-1]),
                       flush=True)
         if 2 in worker_counts:

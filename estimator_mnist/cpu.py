@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import platform
 from typing import Optional
 
 import psutil
 
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+# TF 2.15's Linux wheels compute with oneDNN's kernels only on x86 CPUs that have one of these
+# (DefaultOneDnnPolicy in tensorflow/core/util/util.cc). Elsewhere, e.g. on an AVX2-only AMD EPYC, they
+# fall back to Eigen kernels that the wheel builds without AVX2 or FMA.
+TF_ONEDNN_DEFAULT_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
 
 
 def usable_cpus() -> tuple:
@@ -38,6 +43,17 @@ def _cpuinfo(cpuinfo_path: str) -> dict:
 def cpu_has_bfloat16(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
     """Whether the CPU computes bfloat16 natively (AMX or AVX512_BF16); emulated, it is slower than float32."""
     return any(flag in _cpuinfo(cpuinfo_path).get("flags", "").split() for flag in BF16_CPU_FLAGS)
+
+
+def is_x86() -> bool:
+    """Whether this is an x86-64 machine, the only kind TF 2.15's wheels have oneDNN's x86 kernels for."""
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
+def tf_onednn_by_default(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
+    """Whether TensorFlow 2.15 turns oneDNN on by itself on this CPU (TF_ENABLE_ONEDNN_OPTS unset)."""
+    flags = set(_cpuinfo(cpuinfo_path).get("flags", "").split())
+    return is_x86() and any(flag in flags for flag in TF_ONEDNN_DEFAULT_FLAGS)
 
 
 def cpu_kind(cpuinfo_path: str = "/proc/cpuinfo") -> str:

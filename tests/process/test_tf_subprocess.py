@@ -34,3 +34,21 @@ def test_a_task_computes_on_the_intra_op_threads_it_was_given():
     assert lines, result.stderr[-3000:]
     cores = float(lines[0].split()[1])
     assert cores < 1.3, f"1 intra-op thread kept {cores} cores busy"
+
+
+ONEDNN_PROBE = str(Path(__file__).parent / "onednn_probe.py")
+
+
+@pytest.mark.parametrize("exported, enabled", [(None, "True"), ("0", "False")])
+def test_a_task_computes_with_onednn_unless_the_user_turned_it_off(exported, enabled):
+    """TF 2.15 reads TF_ENABLE_ONEDNN_OPTS once, at its first op: the plan must set it before TensorFlow loads.
+
+    On CPUs without AVX512_VNNI, AVX512_BF16 or AMX (an AVX2-only EPYC), TensorFlow alone would say False.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    if exported is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = exported
+    result = subprocess.run([sys.executable, ONEDNN_PROBE], capture_output=True, text=True, timeout=300,
+                            env=env)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines == [f"RESULT {enabled}"], result.stderr[-3000:]

@@ -42,6 +42,15 @@ def test_placement_logging_needs_the_info_log_level():
     assert env(plan(make(), WORKER0, environ={"TF_CPP_MIN_LOG_LEVEL": "2"}))["TF_CPP_MIN_LOG_LEVEL"] == "2"
 
 
+def test_onednn_is_on_for_every_x86_cpu_unless_the_user_exported_otherwise():
+    # TF 2.15 turns it on by itself only on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX.
+    assert env(plan(make(), WORKER0, x86=True))["TF_ENABLE_ONEDNN_OPTS"] == "1"
+    assert env(plan(make(), EVALUATOR, x86=True))["TF_ENABLE_ONEDNN_OPTS"] == "1"
+    assert env(plan(make(), WORKER0, x86=True, environ={"TF_ENABLE_ONEDNN_OPTS": "0"}))["TF_ENABLE_ONEDNN_OPTS"] == "0"
+    assert "TF_ENABLE_ONEDNN_OPTS" not in env(plan(make(), WORKER0, x86=False))  # ARM: TensorFlow's own choice
+    assert "TF_ENABLE_ONEDNN_OPTS='1'" in describe(plan(make(), WORKER0, x86=True))
+
+
 def test_a_launched_task_never_inherits_the_launcher_s_tf_config():
     child = child_environment(plan(make(), WORKER0), {"TF_CONFIG": "{}", "HOME": "/h"})
     assert "TF_CONFIG" not in child and child["HOME"] == "/h" and child["PYTHONUNBUFFERED"] == "1"
@@ -108,9 +117,9 @@ def test_sync_ps_plans_its_replicas_and_only_the_evaluator_is_niced():
 def test_planning_changes_nothing_and_applying_sets_env_and_tf_config(monkeypatch):
     config = make(tasks={"worker:1": {"gpus": [1]}})
     before = dict(os.environ)
-    task_plan = plan_task(config, WORKER1)
+    task_plan = plan_task(config, WORKER1, x86=True, environ={})
     assert dict(os.environ) == before
-    for name in ("CUDA_VISIBLE_DEVICES", "TF_CPP_MIN_LOG_LEVEL", "PYTHONUNBUFFERED"):
+    for name in ("CUDA_VISIBLE_DEVICES", "TF_CPP_MIN_LOG_LEVEL", "PYTHONUNBUFFERED", "TF_ENABLE_ONEDNN_OPTS"):
         monkeypatch.delenv(name, raising=False)  # restored after the test, as is TF_CONFIG
     monkeypatch.setenv("TF_CONFIG", "stale")
     old_umask = os.umask(0o022)
@@ -119,7 +128,7 @@ def test_planning_changes_nothing_and_applying_sets_env_and_tf_config(monkeypatc
         assert os.umask(0o022) == PRIVATE_UMASK
     finally:
         os.umask(old_umask)
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1" and os.environ["TF_ENABLE_ONEDNN_OPTS"] == "1"
     assert json.loads(os.environ["TF_CONFIG"])["task"] == {"type": "worker", "index": 1}
     assert "CUDA_VISIBLE_DEVICES='1'" in describe(task_plan) and "umask=027" in describe(task_plan)
 
