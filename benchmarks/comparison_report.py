@@ -76,9 +76,11 @@ def _spread(values: List[Optional[float]], digits: int = 1) -> str:
 
 def print_report(args, lines: List[str], pipeline: dict, defaults: List[dict]) -> None:
     """The table and the lines under it, for a reader."""
+    kernels = args.isa or "this CPU's own"
     print(f"\n{time.strftime('%Y-%m-%d')}, {machine()}; {args.repeats} repetition(s) of {args.steps} steps, "
           f"steady window {window(args.steps, args.warmup)}, {args.threads} intra/inter-op thread(s) per task "
-          f"in the like-for-like runs; median (min-max)\n")
+          f"in the like-for-like runs; oneDNN kernels: {kernels}, the Keras reference's "
+          f"oneDNN: {args.keras_onednn}; median (min-max)\n")
     print("\n".join(lines))
     print(f"\ninput pipeline alone (input_fn, no model, one thread, one of {args.pipeline_shards} shards), images/s: "
           + "; ".join(f"batch {b}: first epoch {v['first_epoch']:.0f}, cached {v['cached']:.0f}"
@@ -100,8 +102,9 @@ def _median(values, reduce=statistics.median) -> str:
     return f"{reduce(values):.3f}" if values else "none"
 
 
-def result_line(runs: List[Run], defaults: List[dict]) -> str:
-    """The machine-readable last line: medians over the repetitions (the exit: the worst run)."""
+def result_line(runs: List[Run], defaults: List[dict], isa: Optional[str] = None) -> str:
+    """The machine-readable last line: medians over the repetitions (the exit: the worst run); `isa`, oneDNN's
+    cap (--isa), ends it as `emulated_isa=`, so that an emulation's figures cannot pass for this CPU's."""
     def of(system, workers):
         return [r for r in runs if r.system == system and r.workers == workers]
 
@@ -119,7 +122,7 @@ def result_line(runs: List[Run], defaults: List[dict]) -> str:
             f"exit_after_last_step={_median([d['exit_after_last_step'] for d in defaults], max)} "
             f"time_to_992={_median(times) if None not in times else 'none'} "
             f"final_accuracy={_median([d['final_accuracy'] for d in defaults], min)} "
-            f"precision={precision} cpu={cpu_kind()}")
+            f"precision={precision} cpu={cpu_kind()}" + (f" emulated_isa={isa}" if isa else ""))
 
 
 def report(args, json_path: Path, runs: List[Run], defaults_label: str, pipeline: dict, defaults: List[dict],
@@ -135,4 +138,4 @@ def report(args, json_path: Path, runs: List[Run], defaults_label: str, pipeline
         "fp32_2w_ratios": paired(runs, "trainer", "reference", 2), "ddp_2w_ratios": paired(runs, "trainer", "ddp", 2),
         "bf16_2w_ratios": paired(runs, "trainer_defaults", "reference", 2), "seconds": time.time() - started})
     print(f"figures: {json_path}")
-    print(result_line(runs, defaults))
+    print(result_line(runs, defaults, args.isa))

@@ -74,9 +74,10 @@ def _run_workers(workdir: Path, system: str, what: str, workers: int, command, e
 
 
 def run_reference(workdir: Path, data_dir: str, workers: int, steps: int, batch: int, precision: str,
-                  threads: Sequence, learning_rate: float, warmup: int, timeout: float, onednn: bool = False) -> Run:
-    """One keras_reference.py process per worker; `onednn` exports TF_ENABLE_ONEDNN_OPTS=1 to it, as the trainer's
-    plan does, where by default it computes with what TensorFlow alone picks on this CPU, as Keras users get it."""
+                  threads: Sequence, learning_rate: float, warmup: int, timeout: float,
+                  onednn: Optional[bool] = None) -> Run:
+    """One keras_reference.py process per worker. `onednn` True or False exports TF_ENABLE_ONEDNN_OPTS=1 or 0 to it;
+    None (the default) leaves it what TensorFlow alone picks on this CPU, as Keras users get it."""
     def command(index, ports, run_dir, accuracy_path):
         return [sys.executable, str(KERAS_REFERENCE), "--workers", ",".join(f"localhost:{p}" for p in ports),
                 "--index", str(index), "--steps", str(steps), "--batch", str(batch), "--precision", precision,
@@ -84,8 +85,8 @@ def run_reference(workdir: Path, data_dir: str, workers: int, steps: int, batch:
                 "--data-dir", data_dir, "--run-dir", str(run_dir), "--accuracy-out", str(accuracy_path)]
 
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="1")
-    if onednn:
-        env["TF_ENABLE_ONEDNN_OPTS"] = "1"
+    if onednn is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn else "0"
     return _run_workers(workdir, "reference", "the Keras reference", workers, command, env, steps, batch, precision,
                         warmup, timeout)
 
@@ -118,14 +119,16 @@ def run_ddp(workdir: Path, data_dir: str, workers: int, steps: int, batch: int, 
 
 
 def default_run(workdir: Path, data_dir: str, shape: Shape, max_steps: Optional[int], save_steps: int,
-                timeout: float) -> dict:
+                timeout: float, precision: Optional[str] = None) -> dict:
     """config/local.yaml as shipped (on fresh loopback ports), timed from its first step.
 
     `max_steps` shortens it (smoke runs); a checkpoint is then saved by the
     last step at the latest, so that there is something to evaluate.
+    `precision` sets model.precision (an emulated CPU's choice); None leaves it `auto`.
     """
     overrides = [] if max_steps is None else [f"training.max_steps={max_steps}",
                                               f"training.save_checkpoints_steps={min(max_steps, save_steps)}"]
+    overrides += [] if precision is None else [f"model.precision={precision}"]
     run = run_launch(workdir, "default_", DEFAULT_CONFIG, overrides, shape, data_dir, timeout).check("the default run")
     facts = collect(str(run.run_dir))  # what `estimator-mnist summary` reports, from the same records
     records = read_progress(str(run.run_dir)).values()

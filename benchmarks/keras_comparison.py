@@ -51,16 +51,21 @@ sets TF_ENABLE_ONEDNN_OPTS=1). TensorFlow 2.15 alone turns it on only on CPUs
 with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX, so on an AVX2-only CPU the
 Keras reference computes with Eigen's kernels, as Keras users get it;
 --keras-onednn on gives it oneDNN as well. The machine line says which.
+--isa AVX2 --keras-onednn off gives every system the kernels an AVX2-only
+CPU gives it, at this CPU's speed, and the default runs train in float32 as
+`auto` does there (docs/performance.md, "oneDNN on every x86 CPU"): an
+emulation, not that CPU's figures.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from estimator_mnist.config import load_config
 from estimator_mnist.task_plan import plan_task, resolve_precision
@@ -87,11 +92,12 @@ class Defaults:
         return f"defaults ({self.precision}, batch {self.batch}, auto threads)"
 
 
-def read_defaults() -> Defaults:
+def read_defaults(cpu_bfloat16: Optional[bool] = None) -> Defaults:
+    """`cpu_bfloat16` False: as on a CPU without bfloat16 (--isa AVX2); None: this CPU's own."""
     config = load_config(str(DEFAULT_CONFIG))
     cluster = config.cluster
     # This is a CPU benchmark: 'auto' resolves as it does for a task that sees no GPU.
-    precision = resolve_precision(plan_task(config, cluster.chief_task), [])
+    precision = resolve_precision(plan_task(config, cluster.chief_task, cpu_bfloat16=cpu_bfloat16), [])
     return Defaults(data_dir=config.data_dir, batch=config.training.batch_size_per_replica,
                     precision=precision, save_checkpoints_steps=config.training.save_checkpoints_steps,
                     shape=Shape(chief=len(cluster.chief), workers=len(cluster.worker), ps=len(cluster.ps),
@@ -113,9 +119,11 @@ def parse_args(argv=None):
                         help="the probe times worker 0's pipeline of a cluster this big (its first epoch is 60000/N)")
     parser.add_argument("--ddp", choices=("auto", "on", "off"), default="auto",
                         help="also run the PyTorch DDP reference (auto: when benchmarks/setup_pytorch.sh made its venv)")
-    parser.add_argument("--keras-onednn", choices=("default", "on"), default="default",
+    parser.add_argument("--keras-onednn", choices=("default", "on", "off"), default="default",
                         help="the Keras reference's oneDNN: TensorFlow's own choice on this CPU (default, what Keras "
-                             "users get: off without AVX512_VNNI, AVX512_BF16 or AMX) or on, as the trainer has it")
+                             "users get: off without AVX512_VNNI, AVX512_BF16 or AMX), on as the trainer has it, or "
+                             "off (with --isa AVX2: what an AVX2-only CPU gives it)")
+    parser.add_argument("--isa", help="ONEDNN_MAX_CPU_ISA for every process, e.g. AVX2 (default: this CPU's own)")
     parser.add_argument("--default-runs", type=int, default=3, help="runs of the default config, for the time to 99.2%%")
     parser.add_argument("--skip-default-run", action="store_true", help="leave out the default config's runs")
     parser.add_argument("--default-max-steps", type=int, help="shorten the default run (smoke tests)")
@@ -147,7 +155,8 @@ def compare(args, work: Path, defaults: Defaults) -> List[Run]:
         for workers in worker_counts:
             systems = [("trainer", run_trainer), ("reference", run_reference)] + ([("ddp", run_ddp)] if args.ddp else [])
             for system, run in systems:
-                extra = {"onednn": args.keras_onednn == "on"} if system == "reference" else {}
+                extra = {"onednn": {"default": None, "on": True, "off": False}[args.keras_onednn]} \
+                    if system == "reference" else {}
                 runs.append(run(work, defaults.data_dir, workers, batch=args.batch, precision="float32",
                                 threads=threads, **same, **extra))
                 print(_line(f"rep {repetition} {system:9s} {workers}w float32 batch {args.batch}", runs[-1]),
@@ -162,8 +171,12 @@ def compare(args, work: Path, defaults: Defaults) -> List[Run]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.isa:
+        os.environ["ONEDNN_MAX_CPU_ISA"] = args.isa  # every run's processes inherit it
     json_path = args.json or REPO / "runs" / "bench" / "keras_comparison.json"
-    defaults = read_defaults()
+    # oneDNN held below AVX512_CORE_BF16 computes no bfloat16: the defaults then train as `auto` would there.
+    emulated_no_bf16 = bool(args.isa) and not any(k in args.isa.upper() for k in ("BF16", "AMX"))
+    defaults = read_defaults(False if emulated_no_bf16 else None)
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="keras_comparison_") as workdir:
         work = Path(workdir)
@@ -173,7 +186,8 @@ def main(argv=None) -> int:
                     for batch in sorted({args.batch, defaults.batch})}
         default_runs = [] if args.skip_default_run else [
             default_run(work, defaults.data_dir, defaults.shape, args.default_max_steps,
-                        defaults.save_checkpoints_steps, args.timeout) for _ in range(args.default_runs)]
+                        defaults.save_checkpoints_steps, args.timeout,
+                        precision=defaults.precision if emulated_no_bf16 else None) for _ in range(args.default_runs)]
     report(args, json_path, runs, defaults.label, pipeline, default_runs, started)
     return 0
 
