@@ -60,6 +60,7 @@ emulation, not that CPU's figures.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import tempfile
@@ -150,15 +151,14 @@ def compare(args, work: Path, defaults: Defaults) -> List[Run]:
     worker_counts = [int(w) for w in args.workers.split(",")]
     threads = (args.threads, args.threads)
     same = dict(steps=args.steps, learning_rate=args.learning_rate, warmup=args.warmup, timeout=args.timeout)
+    reference = functools.partial(run_reference, onednn={"default": None, "on": True, "off": False}[args.keras_onednn])
+    systems = [("trainer", run_trainer), ("reference", reference)] + ([("ddp", run_ddp)] if args.ddp else [])
     runs: List[Run] = []
     for repetition in range(1, args.repeats + 1):
         for workers in worker_counts:
-            systems = [("trainer", run_trainer), ("reference", run_reference)] + ([("ddp", run_ddp)] if args.ddp else [])
             for system, run in systems:
-                extra = {"onednn": {"default": None, "on": True, "off": False}[args.keras_onednn]} \
-                    if system == "reference" else {}
                 runs.append(run(work, defaults.data_dir, workers, batch=args.batch, precision="float32",
-                                threads=threads, **same, **extra))
+                                threads=threads, **same))
                 print(_line(f"rep {repetition} {system:9s} {workers}w float32 batch {args.batch}", runs[-1]),
                       flush=True)
         if 2 in worker_counts:

@@ -40,9 +40,14 @@ def _cpuinfo(cpuinfo_path: str) -> dict:
     return fields
 
 
+def _flags(cpuinfo_path: str) -> set:
+    """The first processor's CPU flags."""
+    return set(_cpuinfo(cpuinfo_path).get("flags", "").split())
+
+
 def cpu_has_bfloat16(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
     """Whether the CPU computes bfloat16 natively (AMX or AVX512_BF16); emulated, it is slower than float32."""
-    return any(flag in _cpuinfo(cpuinfo_path).get("flags", "").split() for flag in BF16_CPU_FLAGS)
+    return not _flags(cpuinfo_path).isdisjoint(BF16_CPU_FLAGS)
 
 
 def is_x86() -> bool:
@@ -52,13 +57,12 @@ def is_x86() -> bool:
 
 def tf_onednn_by_default(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
     """Whether TensorFlow 2.15 turns oneDNN on by itself on this CPU (TF_ENABLE_ONEDNN_OPTS unset)."""
-    flags = set(_cpuinfo(cpuinfo_path).get("flags", "").split())
-    return is_x86() and any(flag in flags for flag in TF_ONEDNN_DEFAULT_FLAGS)
+    return is_x86() and not _flags(cpuinfo_path).isdisjoint(TF_ONEDNN_DEFAULT_FLAGS)
 
 
 def cpu_kind(cpuinfo_path: str = "/proc/cpuinfo") -> str:
     """The CPU kind the performance figures are given per: amx, avx512_bf16, avx512, avx2 or other."""
-    flags = set(_cpuinfo(cpuinfo_path).get("flags", "").split())
+    flags = _flags(cpuinfo_path)
     for kind, flag in (("amx", "amx_bf16"), ("avx512_bf16", "avx512_bf16"), ("avx512", "avx512f"), ("avx2", "avx2")):
         if flag in flags:
             return kind

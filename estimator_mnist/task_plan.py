@@ -113,11 +113,9 @@ def _environment(config: Config, settings: TaskSettings, environ: Mapping[str, s
                  gpus_from_pod: bool = False, x86: bool = True) -> Tuple[Tuple[str, str], ...]:
     env = {"PYTHONUNBUFFERED": "1"}
     if x86:
-        # TF 2.15 computes with oneDNN only on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX
-        # (cpu.TF_ONEDNN_DEFAULT_FLAGS); on the others, such as AVX2-only AMD EPYCs, it falls back to Eigen
-        # kernels built without AVX2 or FMA. With oneDNN turned off, two like-for-like workers on the Zen 4
-        # made 1,263 images/s instead of 1,966 (docs/performance.md, "oneDNN on every x86 CPU"). A value
-        # the user exported wins.
+        # TF 2.15 turns oneDNN on by itself only with cpu.TF_ONEDNN_DEFAULT_FLAGS; elsewhere (AVX2-only
+        # EPYCs) its Eigen kernels were 0.64x as fast: 1,263 against 1,966 images/s for two like-for-like
+        # workers on the Zen 4 (docs/performance.md, "oneDNN on every x86 CPU"). A value the user exported wins.
         env["TF_ENABLE_ONEDNN_OPTS"] = environ.get("TF_ENABLE_ONEDNN_OPTS", "1")
     if config.session.log_device_placement:
         env["TF_CPP_MIN_LOG_LEVEL"] = "0"  # the placement lines are INFO-level C++ logs
