@@ -14,6 +14,10 @@ Keras and custom loops only, not to Estimator, so:
 - a second SIGTERM (2 s or more after the first), or the grace period running
   out, ends the task at once with 200; a ps task or the evaluator exits 200
   at once.
+The code says what the signal stopped: once a task's work is saved (the final
+checkpoint on disk; for the evaluator, the final evaluation recorded), a
+SIGTERM or Ctrl-C ends it with 0, because nothing is left to resume. Before
+that, Ctrl-C is 130 as always (KeyboardInterrupt, cli.py).
 """
 
 from __future__ import annotations
@@ -21,12 +25,12 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import tensorflow as tf
 
 from . import checkpoints
-from .errors import RETRYABLE_EXIT_CODE
+from .errors import RETRYABLE_EXIT_CODE, SUCCESS_EXIT_CODE
 from .hooks import log
 from .teardown import exit_now
 
@@ -35,29 +39,58 @@ FLAGS, COUNTERS, READS = "estimator_mnist_preemption_flags", "estimator_mnist_pr
 REPEAT_SECS = 2.0  # a SIGTERM this soon after the first is the same request (sent to the group and forwarded)
 
 
-class Preemption:
-    """This process's preemption state, set by the SIGTERM handler."""
+def work_saved(model_dir: str, max_steps: int, is_evaluator: bool) -> Optional[str]:
+    """What of this task's work is on disk once it is all there (else None): after that, a stop loses nothing."""
+    if is_evaluator:
+        final = checkpoints.final_evaluation(model_dir, max_steps)
+        return f"the final checkpoint (step {final['global_step']}) is evaluated" if final else None
+    step = checkpoints.latest_step(model_dir)
+    return f"the final checkpoint (step {step}) is saved" if step is not None and step >= max_steps else None
 
-    def __init__(self, task: str, grace_secs: float, graceful: bool, exit_fn=exit_now, clock=time.monotonic):
+
+class Preemption:
+    """This process's preemption state, set by the SIGTERM handler.
+
+    `saved()` says what of the task's work is on disk once all of it is (work_saved), else None: it decides
+    between 0 and 200 whenever the task ends because of a signal.
+    """
+
+    def __init__(self, task: str, grace_secs: float, graceful: bool, exit_fn=exit_now, clock=time.monotonic,
+                 saved: Callable[[], Optional[str]] = lambda: None):
         self.task, self.grace_secs, self.graceful = task, grace_secs, graceful
         self.requested_at: Optional[float] = None
         self.stopped_at_step: Optional[int] = None
-        self._exit_fn, self._clock = exit_fn, clock
+        self._exit_fn, self._clock, self._saved = exit_fn, clock, saved
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self.on_sigterm)
+        signal.signal(signal.SIGINT, self.on_sigint)
+
+    def _exit(self, what: str) -> None:
+        """Ends the task after a signal: 0 if its work is saved, else 200."""
+        saved = self._saved()
+        if saved:
+            self._exit_fn(f"task {self.task}: {what}, but {saved}: nothing is lost; exiting with "
+                          f"{SUCCESS_EXIT_CODE}", SUCCESS_EXIT_CODE)
+        else:
+            self._exit_fn(f"task {self.task}: {what}; exiting with {RETRYABLE_EXIT_CODE} (retryable)",
+                          RETRYABLE_EXIT_CODE)
+
+    def on_sigint(self, signum=signal.SIGINT, frame=None) -> None:
+        if self._saved():
+            self._exit("Ctrl-C")
+            return
+        signal.default_int_handler(signum, frame)  # KeyboardInterrupt: 130
 
     def on_sigterm(self, _signum=None, _frame=None) -> None:
         now = self._clock()
         if self.requested_at is not None:
             if now - self.requested_at >= REPEAT_SECS:
-                self._exit_fn(f"task {self.task}: a second SIGTERM; exiting at once with {RETRYABLE_EXIT_CODE}",
-                              RETRYABLE_EXIT_CODE)
+                self._exit("a second SIGTERM")
             return
         self.requested_at = now
-        if not self.graceful:
-            self._exit_fn(f"task {self.task}: SIGTERM; exiting with {RETRYABLE_EXIT_CODE} (retryable)",
-                          RETRYABLE_EXIT_CODE)
+        if not self.graceful or self._saved():
+            self._exit("SIGTERM")
             return
         log(f"task {self.task}: SIGTERM: stopping every trainer at the same step, within "
             f"training.preemption_grace_secs={self.grace_secs:g} s")
@@ -65,14 +98,16 @@ class Preemption:
 
     def _deadline(self) -> None:
         time.sleep(self.grace_secs)
-        self._exit_fn(f"task {self.task}: training.preemption_grace_secs={self.grace_secs:g} s ran out after "
-                      f"SIGTERM; exiting at once with {RETRYABLE_EXIT_CODE}", RETRYABLE_EXIT_CODE)
+        self._exit(f"training.preemption_grace_secs={self.grace_secs:g} s ran out after SIGTERM")
 
     def describe_stop(self, checkpoint: Optional[str]) -> str:
         return (f"task {self.task} preempted: stopped at step {self.stopped_at_step}, latest checkpoint "
                 f"{checkpoint or 'none'}")
 
     def exit_after_stop(self, checkpoint: Optional[str]) -> None:
+        if self._saved():  # the stop step was the last one
+            self._exit(self.describe_stop(checkpoint))
+            return
         self._exit_fn(f"{self.describe_stop(checkpoint)}; exiting with {RETRYABLE_EXIT_CODE} (retryable) so that "
                       "a restart resumes from it", RETRYABLE_EXIT_CODE)
 

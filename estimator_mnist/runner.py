@@ -22,9 +22,10 @@ from .evaluator import exporter
 from .hooks import ProgressHook, ReadyHook, ThroughputSummaryHook, VariablePlacementHook, log
 from .model import model_fn
 from .peers import cause_of, missing_peers, named_in, peers_of
-from .preemption import Preemption, PreemptionHook
+from .preemption import Preemption, PreemptionHook, work_saved
 from .progress import ProgressWriter, fresh_rates, progress_path
 from .roles import DoneSignalHook, finish_training, run_evaluator, run_ps, run_trainer
+from .step_watchdog import StepWatchdogHook
 from .strategy import build_train_strategy, configure_devices, gpu_capabilities, session_config
 from .task_plan import TaskPlan, describe, evaluation_precision, resolve_precision
 from .teardown import TeardownWatchdogHook
@@ -159,6 +160,9 @@ def training_hooks(config: Config, plan: TaskPlan, strategy=None, ready_fd=None,
         hooks.append(DoneSignalHook(config, plan))  # the chief: report_final_checkpoint, after its final save
     if ready_fd is not None:
         hooks.append(ReadyHook(ready_fd))
+    if config.strategy.name == "multi_worker_mirrored" and config.strategy.collective_timeout_secs:
+        hooks.append(StepWatchdogHook(str(plan.task), config.strategy.collective_timeout_secs,
+                                      peers_of(plan.tf_config, str(plan.task))))
     if preemption is not None:
         # First, so that the record it notes the stop step in is written by the progress hook's end.
         hooks.insert(0, PreemptionHook(preemption, writer, config.model_dir, plan.is_chief,
@@ -186,7 +190,8 @@ def run_task(config: Config, plan: TaskPlan, priority: str = "unchanged", ready_
         return 0
     os.makedirs(config.model_dir, exist_ok=True)
     _configure_logging(task)
-    preemption = Preemption(str(task), config.training.preemption_grace_secs, graceful=task.is_trainer)
+    preemption = Preemption(str(task), config.training.preemption_grace_secs, graceful=task.is_trainer,
+                            saved=lambda: work_saved(config.model_dir, config.training.max_steps, task.is_evaluator))
     preemption.install()
     bound_session_recreation(config.training.session_creation_timeout_secs)
     try:

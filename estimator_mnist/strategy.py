@@ -132,9 +132,10 @@ def build_train_strategy(config: Config, plan: TaskPlan):
         # recognises it by its exact class name, so it cannot be subclassed.
         result = tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy(
             communication=_COMMUNICATION[strategy.communication])
+        # No timeout on the ops: TF 2.15 would start a thread per collective op for it, and thousands pile up.
+        # step_watchdog.StepWatchdogHook bounds each step by strategy.collective_timeout_secs instead.
         set_collective_options(result, tf.distribute.experimental.CommunicationOptions(
-            implementation=_COMMUNICATION[strategy.communication],
-            timeout_seconds=strategy.collective_timeout_secs or None))
+            implementation=_COMMUNICATION[strategy.communication]))
         return result
     if strategy.name == "parameter_server":
         return tf.compat.v1.distribute.experimental.ParameterServerStrategy()

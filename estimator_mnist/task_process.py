@@ -9,8 +9,12 @@ The parent exists so that a task always ends with a code of the exit table
 - a child killed by a signal (the OOM killer, a crash) ends the task with
   200, never as a SIGKILL seen from outside;
 - SIGTERM and SIGINT are forwarded to the child; a child still there after
-  a grace period is killed (MultiWorkerMirrored ignores SIGTERM). SIGTERM
-  means "stop, you will be restarted": 200; Ctrl-C: 130.
+  a grace period is killed (MultiWorkerMirrored ignores SIGTERM). The child
+  decides its own code, since only it knows what the signal stopped: 200
+  after SIGTERM or 130 after Ctrl-C when work was left, its real outcome
+  otherwise (0 once its work is saved, 2 for bad input found meanwhile;
+  preemption.py). The parent passes that code through. A child the parent
+  had to kill ends with the stop signal's code (200 or 130).
 The child reports that its session exists by writing to a pipe (--ready-fd).
 
 An evaluator on the trainers' machine starts its child only once a trainer
@@ -136,24 +140,26 @@ class TaskParent:
             time.sleep(GATE_POLL_SECS)
         return False
 
+    def stop_code(self) -> int:
+        """The code of the stop this process was asked for: 130 after Ctrl-C, 200 after SIGTERM."""
+        return INTERRUPTED_EXIT_CODE if self.stop_signal == signal.SIGINT else RETRYABLE_EXIT_CODE
+
     def exit_code(self, returncode: int) -> int:
-        """The child's fate on the exit table."""
-        if self.stop_signal == signal.SIGINT:
-            return INTERRUPTED_EXIT_CODE
+        """The task's code on the exit table: the child's own, or 200 (130) for a child that died of a signal."""
+        if returncode >= 0:
+            return returncode
         if self.stop_signal is not None:
-            return RETRYABLE_EXIT_CODE
-        if returncode < 0:
-            log(f"task {self.plan.task}: its TensorFlow process was {describe_exit(returncode)}; exiting with "
-                f"{RETRYABLE_EXIT_CODE} (retryable) so that a restart resumes from the last checkpoint")
-            return RETRYABLE_EXIT_CODE
-        return returncode
+            return self.stop_code()  # killed by this process after its grace period, or by the group's signal
+        log(f"task {self.plan.task}: its TensorFlow process was {describe_exit(returncode)}; exiting with "
+            f"{RETRYABLE_EXIT_CODE} (retryable) so that a restart resumes from the last checkpoint")
+        return RETRYABLE_EXIT_CODE
 
     def run(self, command: List[str], ready_write: int, ready_read: int, env: Optional[dict] = None) -> int:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             if self.start_gate is not None and not self._wait_for_gate():
                 os.close(ready_write)
-                return self.exit_code(0)  # stopped before it started: 130 or 200 as for a child
+                return self.stop_code()  # stopped before its child started: nothing of its work is done
             self.child = subprocess.Popen(command, pass_fds=(ready_write,), preexec_fn=die_with_parent, env=env)
             os.close(ready_write)
             if self._needs_startup_watchdog() and not self._wait_ready(ready_read):

@@ -6,6 +6,9 @@ this file stays the index:
 - trainers blocked in closing their session after training end by themselves
   once their work is on disk (teardown.TeardownWatchdogHook; pinned by
   tests/unit/test_hooks.py::test_teardown_watchdog_exits_only_once_the_work_is_saved);
+- a MultiWorkerMirrored step is bounded by one watchdog thread per trainer, not by a timeout on each
+  collective op, which starts a thread per op (step_watchdog.StepWatchdogHook; pinned by
+  tests/unit/test_step_watchdog.py::test_a_step_that_outlasts_the_timeout_ends_the_task_retryably);
 - in-graph strategies (mirrored, one_device) run with no TF_CONFIG cluster:
   with one, Estimator placed the input pipeline on /job:localhost while the
   session had only /job:chief devices (task_plan.plan_task sets tf_config to
@@ -177,7 +180,7 @@ def no_bfloat16_fusion(proto: tf.compat.v1.ConfigProto) -> None:
 def set_collective_options(strategy, options) -> None:
     """TF 2.15: the v1 MultiWorkerMirroredStrategy takes no CommunicationOptions (only `communication=`).
     Its extended object builds the all-reduce ops from these options when Estimator configures it, so
-    the timeout reaches every collective op. Pinned by
+    the implementation reaches every collective op (and no timeout does: step_watchdog.py). Pinned by
     tests/process/test_tf_subprocess.py::test_collective_options_reach_the_all_reduce_ops.
     """
     strategy.extended._communication_options = options  # pylint: disable=protected-access

@@ -118,7 +118,7 @@ class StrategyConfig:
     communication: str = _opt("auto", choices=COMMUNICATIONS, strategies=("multi_worker_mirrored",),
                               doc="all-reduce between workers: ring (gRPC), nccl (GPUs) or auto")
     collective_timeout_secs: int = _opt(300, check=v.non_negative, kind=int, strategies=("multi_worker_mirrored",),
-                                        doc="an all-reduce that waits longer fails with DeadlineExceeded; 0 = no limit")
+                                        doc="a step whose all-reduce waits longer ends the task with 200 (retryable); 0 = no limit")
     gradient_compression: str = _opt("none", choices=GRADIENT_COMPRESSIONS,
                                      strategies=("multi_worker_mirrored", "mirrored"),
                                      doc="gradients all-reduced as float32 (none), float16 or bfloat16; the "

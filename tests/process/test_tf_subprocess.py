@@ -12,11 +12,12 @@ PROBE = str(Path(__file__).parent / "collective_probe.py")
 
 
 def test_collective_options_reach_the_all_reduce_ops():
-    """The v1 MultiWorkerMirroredStrategy takes no options; the timeout and ring must still be in its graph."""
+    """The v1 MultiWorkerMirroredStrategy takes no options; the ring must still be in its graph, and no timeout:
+    TF 2.15 starts a thread per collective op that has one (step_watchdog.py bounds the step instead)."""
     result = subprocess.run([sys.executable, PROBE], capture_output=True, text=True, timeout=300)
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, result.stderr[-3000:]
-    assert json.loads(lines[0][len("RESULT "):]) == [[42.0, "ring"]]
+    assert json.loads(lines[0][len("RESULT "):]) == [[0.0, "ring"]]
 
 
 THREAD_POOL_PROBE = str(Path(__file__).parent / "thread_pool_probe.py")

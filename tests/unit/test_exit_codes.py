@@ -28,9 +28,16 @@ def test_the_codes_a_cluster_manager_acts_on():
     (200, None, 200),
     (-signal.SIGKILL, None, 200),   # the OOM killer, a crash: restartable, never a SIGKILL seen from outside
     (-signal.SIGSEGV, None, 200),
-    (-signal.SIGKILL, signal.SIGTERM, 200),  # told to stop by the cluster: it will be restarted
-    (-signal.SIGKILL, signal.SIGINT, 130),   # Ctrl-C stays Ctrl-C
-    (0, signal.SIGINT, 130),
+    (-signal.SIGKILL, signal.SIGTERM, 200),  # told to stop by the cluster, killed after the grace period
+    (-signal.SIGKILL, signal.SIGINT, 130),   # Ctrl-C, killed after the grace period: Ctrl-C stays Ctrl-C
+    # The child decides its own code after a signal: the parent passes it through (changed on purpose:
+    # (0, SIGINT) was 130, which reported a run whose work was saved as interrupted).
+    (0, signal.SIGINT, 0),     # Ctrl-C after the final checkpoint: nothing was lost
+    (0, signal.SIGTERM, 0),    # SIGTERM after the final checkpoint
+    (1, signal.SIGTERM, 1),    # a permanent failure stays permanent
+    (2, signal.SIGTERM, 2),    # bad input found while stopping is still bad input
+    (200, signal.SIGTERM, 200),  # the child stopped with work left: retryable
+    (130, signal.SIGINT, 130),   # the child was interrupted with work left
 ])
 def test_the_parent_maps_the_child_s_fate(returncode, stop_signal, expected):
     parent = TaskParent(PLAN, session_timeout_secs=10)
@@ -60,3 +67,11 @@ def test_the_child_reads_the_tf_config_the_parent_was_given():
     given = '{"cluster": {"worker": ["w0:1"], "evaluator": ["e:1"]}, "task": {"type": "evaluator"}}'
     assert child_environment(applied, given) == {"TF_CONFIG": given, "CUDA_VISIBLE_DEVICES": "1"}
     assert child_environment(applied, None) == {"CUDA_VISIBLE_DEVICES": "1"}  # --task: the YAML decides
+
+
+@pytest.mark.parametrize("stop_signal, expected", [(signal.SIGTERM, 200), (signal.SIGINT, 130)])
+def test_a_parent_stopped_before_its_child_started_exits_with_the_stop_s_code(stop_signal, expected):
+    parent = TaskParent(PLAN, session_timeout_secs=10, start_gate=lambda: False)
+    parent.stop_signal = stop_signal
+    read, write = __import__("os").pipe()
+    assert parent.run(["false"], write, read) == expected

@@ -29,7 +29,7 @@ def test_a_training_run_writes_its_progress_record_and_images_per_sec_for_tensor
     estimator = runner.build_estimator(config, plan)
     # Without the teardown watchdog: once the work is saved it would end this very process.
     hooks = [h for h in runner.training_hooks(config, plan) if not isinstance(h, TeardownWatchdogHook)]
-    assert len(hooks) == 2
+    assert len(hooks) == 3  # progress, throughput, and the step watchdog (multi_worker_mirrored by default)
     train_spec, _ = runner.train_and_eval_specs(config, make_dataset=lambda split: dataset_of(images, labels),
                                                 hooks=hooks)
     # Another trainer's record, as a worker of the same run writes it: the chief puts its rate in TensorBoard.

@@ -23,9 +23,54 @@ class Clock:
         return self.now
 
 
-def make(graceful=True, grace=60.0):
+def make(graceful=True, grace=60.0, saved=lambda: None):
     exits, clock = [], Clock()
-    return Preemption("worker:0", grace, graceful, exit_fn=lambda m, c: exits.append((m, c)), clock=clock), exits, clock
+    return (Preemption("worker:0", grace, graceful, exit_fn=lambda m, c: exits.append((m, c)), clock=clock,
+                       saved=saved), exits, clock)
+
+
+SAVED = "the final checkpoint (step 500) is saved"
+
+
+@pytest.mark.parametrize("graceful", [True, False])
+def test_a_sigterm_after_the_work_is_saved_ends_the_task_with_0(graceful):
+    preemption, exits, _ = make(graceful=graceful, saved=lambda: SAVED)
+    preemption.on_sigterm()
+    assert exits == [(f"task worker:0: SIGTERM, but {SAVED}: nothing is lost; exiting with 0", 0)]
+
+
+def test_ctrl_c_after_the_work_is_saved_ends_the_task_with_0_and_before_it_is_a_keyboard_interrupt():
+    preemption, exits, _ = make(saved=lambda: SAVED)
+    preemption.on_sigint()
+    assert exits == [(f"task worker:0: Ctrl-C, but {SAVED}: nothing is lost; exiting with 0", 0)]
+    preemption, exits, _ = make()
+    with pytest.raises(KeyboardInterrupt):  # cli.main turns it into 130
+        preemption.on_sigint()
+    assert exits == []
+
+
+def test_a_stop_whose_step_was_the_last_one_ends_with_0():
+    state = {"saved": None}
+    preemption, exits, _ = make(saved=lambda: state["saved"])
+    preemption.stopped_at_step = 500
+    state["saved"] = SAVED
+    preemption.exit_after_stop("/m/model.ckpt-500")
+    assert exits == [("task worker:0: task worker:0 preempted: stopped at step 500, latest checkpoint "
+                      f"/m/model.ckpt-500, but {SAVED}: nothing is lost; exiting with 0", 0)]
+
+
+def test_what_is_saved_is_the_final_checkpoint_or_for_the_evaluator_its_final_evaluation(tmp_path):
+    from estimator_mnist.preemption import work_saved
+
+    model_dir = str(tmp_path)
+    assert work_saved(model_dir, 10, is_evaluator=False) is None
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-10"\n')
+    (tmp_path / "model.ckpt-10.index").write_text("")
+    assert work_saved(model_dir, 10, is_evaluator=False) == "the final checkpoint (step 10) is saved"
+    assert work_saved(model_dir, 11, is_evaluator=False) is None
+    assert work_saved(model_dir, 10, is_evaluator=True) is None
+    (tmp_path / "eval_results.jsonl").write_text('{"global_step": 10, "accuracy": 0.9, "loss": 0.3}\n')
+    assert work_saved(model_dir, 10, is_evaluator=True) == "the final checkpoint (step 10) is evaluated"
 
 
 def test_a_trainer_raises_its_flag_and_a_repeat_of_the_same_sigterm_changes_nothing():
@@ -43,7 +88,7 @@ def test_a_second_sigterm_ends_the_task_at_once_with_200():
     preemption.on_sigterm()
     clock.now += 5.0
     preemption.on_sigterm()
-    assert exits == [("task worker:0: a second SIGTERM; exiting at once with 200", 200)]
+    assert exits == [("task worker:0: a second SIGTERM; exiting with 200 (retryable)", 200)]
 
 
 def test_ps_tasks_and_the_evaluator_exit_200_at_once():
@@ -58,15 +103,16 @@ def test_the_grace_period_running_out_ends_the_task():
     deadline = time.monotonic() + 10
     while not exits and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert exits == [("task worker:0: training.preemption_grace_secs=0.2 s ran out after SIGTERM; exiting at once "
-                      "with 200", 200)]
+    assert exits == [("task worker:0: training.preemption_grace_secs=0.2 s ran out after SIGTERM; exiting with "
+                      "200 (retryable)", 200)]
 
 
 @pytest.fixture
 def keep_sigterm_handler():
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     yield
-    signal.signal(signal.SIGTERM, previous)
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
 
 
 def test_a_run_stops_at_the_step_of_the_sigterm_and_saves_it(tmp_path, keep_sigterm_handler):
