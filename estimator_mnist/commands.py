@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from .errors import UsageError
+from .errors import FAILURE_EXIT_CODE, PermanentFailure, UsageError
 
 ERR_TRAIN_INPUT = ("train needs --cluster FILE (with --task TYPE:INDEX unless the file names a single trainer), or a "
                    "TF_CONFIG environment variable (as Kubeflow's TFJob sets it)")
@@ -87,6 +87,8 @@ def cmd_train(args) -> int:
     priority = apply_to_this_process(plan)  # before TensorFlow is imported: env, umask, CPU priority
     if args.ready_fd is not None:
         return _run_child(config, plan, priority, args.ready_fd)
+    if not _start_allowed(args, config, task, tf_config, operator):
+        return FAILURE_EXIT_CODE
     if not all_on_loopback(config.cluster):
         cluster = config.cluster
         ports = ", ".join(str(cluster.address(t)) for t in cluster.server_tasks())
@@ -100,9 +102,29 @@ def cmd_train(args) -> int:
                             (config.run_dir, config.model_dir))
 
 
+def _start_allowed(args, config, task, tf_config, operator) -> bool:
+    """Under a cluster manager (no --task), counts the start against the job's restart budget; False past it."""
+    from . import checkpoints
+    from .restart_budget import check_start, job_of
+
+    manager_view = {"environment": "cloud", "cluster": tf_config["cluster"]} if operator and tf_config else None
+    job = None if args.task is not None else job_of(os.environ, manager_view)
+    try:
+        incident = check_start(task, config.cluster, job, config.restart.max_restarts, config.model_dir,
+                               checkpoints.latest_step(config.model_dir))
+    except PermanentFailure as exc:
+        print(f"estimator-mnist: error: {exc}", file=sys.stderr, flush=True)
+        return False
+    if incident is not None:
+        print(f"estimator-mnist: restart {incident['number']}/{config.restart.max_restarts} of job {job.key} "
+              f"({incident['what']}); the record: {config.model_dir}/restart_budget.json",
+              file=sys.stderr, flush=True)
+    return True
+
+
 def _run_child(config, plan, priority, ready_fd) -> int:
     """Runs TensorFlow; a failure ends the process at once (TensorFlow's threads could hold up a normal exit)."""
-    from .errors import FAILURE_EXIT_CODE, RETRYABLE_EXIT_CODE, PermanentFailure, RetryableFailure
+    from .errors import RETRYABLE_EXIT_CODE, RetryableFailure
 
     # Python's cyclic garbage collector would scan every object TensorFlow's import creates, over and over
     # while their number grows: six full collections that found 94 objects took 1.0-1.3 s of the 2.7-3.0 s

@@ -13,22 +13,30 @@ from typing import List
 from .. import checkpoints
 from ..config import Config, TaskId
 from ..hosts import port_in_use
+from ..restart_budget import Job, RestartBudget
 from .supervisor import RunFailed, Supervisor, TaskFailure
 
 PORT_RELEASE_SECS = 60
 
 
 class Restarts:
+    """What the launcher does about a failure; the counting is the restart budget's (restart_budget.py), as for
+    tasks under a cluster manager. Each launch is a job of its own, with a fresh budget."""
+
     def __init__(self, config: Config, launch_time: float):
         self.config = config
         self.launch_time = launch_time
-        self.records: List[dict] = []
+        self.budget = RestartBudget(Job(f"launch-{launch_time:.0f}", "launch"), config.restart.max_restarts)
+
+    @property
+    def records(self) -> List[dict]:
+        return self.budget.incidents
 
     def _check_allowed(self, failure: TaskFailure) -> None:
         policy = self.config.restart
         if policy.policy != "on_failure":
             raise failure
-        if len(self.records) >= policy.max_restarts:
+        if not self.budget.allows_another():
             raise RunFailed(f"{failure}; gave up after {len(self.records)} restarts "
                             f"(restart.max_restarts={policy.max_restarts})")
 
@@ -49,11 +57,11 @@ class Restarts:
                                      f"{restored} written", always=True)
         redo = (step_at_failure - (restored or 0)) if step_at_failure is not None and not evaluator_only else 0
         now = time.time()
-        record = {"number": len(self.records) + 1, "time": now, "seconds_since_launch": now - self.launch_time,
-                  "failed_task": str(failure.task) if failure.task else None, "reason": failure.reason,
-                  "error": str(failure), "step_at_failure": step_at_failure, "restored_checkpoint_step": restored,
-                  "steps_redone": max(0, redo), "restarted_tasks": [str(p.task) for p in stopping]}
-        self.records.append(record)
+        record = self.budget.record_incident(
+            f"{failure.task or 'the run'} {failure.reason}", seconds_since_launch=now - self.launch_time,
+            failed_task=str(failure.task) if failure.task else None, reason=failure.reason, error=str(failure),
+            step_at_failure=step_at_failure, restored_checkpoint_step=restored, steps_redone=max(0, redo),
+            restarted_tasks=[str(p.task) for p in stopping])
         supervisor.console.timed(
             f"restart {record['number']}/{self.config.restart.max_restarts}: {record['failed_task'] or 'the run'} "
             f"{failure.reason} at step {step_at_failure}; starting {', '.join(record['restarted_tasks'])} again "

@@ -1,5 +1,6 @@
 """`estimator-mnist tfjob`: the objects for every shipped config, read back through Kubeflow's SDK models and
-checked against a schema of the operator's API generated from those models, and each refusal."""
+checked against a schema generated from those models and against one written from the operator's documented
+constraints (tfjob_crd_schema.py), and each refusal."""
 
 import json
 import re
@@ -10,8 +11,10 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.unit.tfjob_crd_schema import TFJOB
 from estimator_mnist.config import TaskId, load_config
 from estimator_mnist.errors import UsageError
+from estimator_mnist.restart_budget import JOB_ID_ENV
 from estimator_mnist.tfjob import (CONTAINER, DEFAULT_PORT, ERR_NAME, ERR_NO_SDK, ERR_PER_TASK, JOB_LABEL, KINDS,
                                    MAX_NAME, PORT_NAME, manifest)
 
@@ -69,6 +72,7 @@ def test_every_shipped_config_becomes_a_tfjob_the_operator_can_run(config_file):
     config, docs = render(config_file)
     job = docs["TFJob"]
     jsonschema.validate(job, sdk_schema("KubeflowOrgV1TFJob"))
+    jsonschema.validate(job, TFJOB)  # the operator's documented constraints, written independently of the SDK
     model = read_back(job, "KubeflowOrgV1TFJob")
     assert model.api_version == "kubeflow.org/v1" and model.kind == "TFJob" and model.metadata.name == "mnist"
     counts = {}
@@ -85,6 +89,10 @@ def test_every_shipped_config_becomes_a_tfjob_the_operator_can_run(config_file):
         assert container.command[:4] == ["estimator-mnist", "train", "--cluster", "/etc/estimator-mnist/cluster.yaml"]
         assert spec.template.spec.init_containers[0].command[:2] == ["estimator-mnist", "prepare-data"]
         assert spec.template.spec.volumes[1].persistent_volume_claim.claim_name == "mnist-data"
+        (job_id,) = [e.value for e in container.env if e.name == JOB_ID_ENV]
+        assert re.fullmatch(r"team/mnist/[0-9a-f]{12}", job_id)  # the restart budget's key: the same in every pod of the job
+        assert {e.value for s in model.spec.tf_replica_specs.values() for e in s.template.spec.containers[0].env} \
+            == {job_id}
     assert model.spec.run_policy.clean_pod_policy == "Running"
     assert model.spec.run_policy.backoff_limit == (config.restart.max_restarts
                                                   if config.restart.policy == "on_failure" else 0)
@@ -151,6 +159,30 @@ def test_the_generated_schema_catches_a_misspelt_field_and_a_wrong_type():
     for bad in (misspelt, wrong_type):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema)
+
+
+def _changed(job: dict, change) -> dict:
+    copy = json.loads(json.dumps(job))
+    change(copy["spec"])
+    return copy
+
+
+@pytest.mark.parametrize("what, change", [
+    ("a replica type the operator does not know", lambda s: s["tfReplicaSpecs"].update(Trainer=s["tfReplicaSpecs"]["Worker"])),
+    ("a restart policy that is not one of the four", lambda s: s["tfReplicaSpecs"]["Chief"].update(restartPolicy="Retry")),
+    ("a misspelt replica spec field", lambda s: s["tfReplicaSpecs"]["Chief"].update(restart_policy="ExitCode")),
+    ("replicas as a string", lambda s: s["tfReplicaSpecs"]["Worker"].update(replicas="2")),
+    ("no container named tensorflow", lambda s: s["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+     .update(name="trainer")),
+    ("a Chief and a Master", lambda s: s["tfReplicaSpecs"].update(Master=s["tfReplicaSpecs"]["Chief"])),
+    ("a clean-pod policy that does not exist", lambda s: s["runPolicy"].update(cleanPodPolicy="Finished")),
+    ("backoffLimit beyond int32", lambda s: s["runPolicy"].update(backoffLimit=2**31)),
+])
+def test_the_crd_schema_catches_what_the_operator_would_refuse(what, change):
+    _, docs = render("config/local.yaml")
+    jsonschema.validate(docs["TFJob"], TFJOB)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(_changed(docs["TFJob"], change), TFJOB)
 
 
 def test_the_image_installs_the_way_the_readme_does():
