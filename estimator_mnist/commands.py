@@ -99,7 +99,7 @@ def cmd_train(args) -> int:
 
     return run_task_process(args, plan, config.training.session_creation_timeout_secs,
                             config.training.preemption_grace_secs, given_tf_config, cpu_set,
-                            (config.run_dir, config.model_dir))
+                            (config.run_dir, config.model_dir), config.launcher.stall_timeout_secs)
 
 
 def _start_allowed(args, config, task, tf_config, operator) -> bool:

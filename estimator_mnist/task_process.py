@@ -15,6 +15,11 @@ The parent exists so that a task always ends with a code of the exit table
   otherwise (0 once its work is saved, 2 for bad input found meanwhile;
   preemption.py). The parent passes that code through. A child the parent
   had to kill ends with the stop signal's code (200 or 130).
+- a child stopped by a signal (SIGSTOP, a debugger) for
+  `launcher.stall_timeout_secs` is ended and the task exits 200, naming
+  itself: its peers only wait for it (a stopped process's kernel still
+  accepts their connections), so nothing else would name it, under `launch`
+  or not.
 The child reports that its session exists by writing to a pipe (--ready-fd).
 
 An evaluator on the trainers' machine starts its child only once a trainer
@@ -32,6 +37,8 @@ import subprocess
 import sys
 import time
 from typing import Callable, List, Optional, Sequence, Tuple
+
+import psutil
 
 from . import checkpoints
 from .errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE
@@ -85,8 +92,10 @@ def evaluator_gate(run_dir: str, model_dir: str, started: float, clock=time.time
 
 class TaskParent:
     def __init__(self, plan: TaskPlan, session_timeout_secs: float, preemption_grace_secs: float = 25.0,
-                 start_gate: Optional[Callable[[], bool]] = None):
+                 start_gate: Optional[Callable[[], bool]] = None, stall_secs: float = 300.0, clock=time.monotonic):
         self.plan = plan
+        self.stall_secs, self._clock = stall_secs, clock
+        self.stopped_since: Optional[float] = None
         self.start_gate = start_gate  # the child starts once this says True
         self.session_timeout_secs = session_timeout_secs
         # The child stops by itself within its grace period after SIGTERM; this is the backstop.
@@ -105,6 +114,29 @@ class TaskParent:
         if self.child is not None and self.child.poll() is None:
             os.kill(self.child.pid, signum)
 
+    def _child_is_stopped(self) -> bool:
+        try:
+            return psutil.Process(self.child.pid).status() == psutil.STATUS_STOPPED
+        except psutil.Error:
+            return False
+
+    def stopped_too_long(self) -> bool:
+        """True (the child killed, the reason logged) once the child has been stopped by a signal for stall_secs."""
+        if not self._child_is_stopped():
+            self.stopped_since = None
+            return False
+        now = self._clock()
+        self.stopped_since = self.stopped_since if self.stopped_since is not None else now
+        if now - self.stopped_since <= self.stall_secs:
+            return False
+        log(f"task {self.plan.task}: its TensorFlow process (pid {self.child.pid}) has been stopped by a signal "
+            f"(process state T: SIGSTOP or a debugger) for {now - self.stopped_since:.0f} s "
+            f"(launcher.stall_timeout_secs={self.stall_secs:g}); its peers only wait for it; ending it and exiting "
+            f"with {RETRYABLE_EXIT_CODE} (retryable)")
+        self.child.kill()
+        self.child.wait()
+        return True
+
     def _kill_child_if_overdue(self) -> None:
         grace = self.sigterm_grace_secs if self.stop_signal == signal.SIGTERM else STOP_GRACE_SECS
         if self.stop_requested_at is not None and time.monotonic() - self.stop_requested_at > grace:
@@ -118,6 +150,8 @@ class TaskParent:
         deadline = time.monotonic() + self.session_timeout_secs
         while self.child.poll() is None and time.monotonic() < deadline:
             self._kill_child_if_overdue()
+            if self.stopped_too_long():
+                return False
             if select.select([ready_read], [], [], 0.5)[0]:
                 return True  # "ready", or EOF because the child is gone: its exit code says which
         if self.child.poll() is not None or self.stop_signal is not None:
@@ -166,6 +200,8 @@ class TaskParent:
                 return RETRYABLE_EXIT_CODE
             while self.child.poll() is None:
                 self._kill_child_if_overdue()
+                if self.stopped_too_long():
+                    return RETRYABLE_EXIT_CODE
                 time.sleep(0.2)
             return self.exit_code(self.child.returncode)
         finally:
@@ -184,7 +220,7 @@ def child_environment(environ, given_tf_config: Optional[str]) -> dict:
 
 def run_task_process(args, plan: TaskPlan, session_timeout_secs: float, preemption_grace_secs: float,
                      given_tf_config: Optional[str] = None, cpu_set: Sequence[int] = (),
-                     dirs: Tuple[str, str] = ("", "")) -> int:
+                     dirs: Tuple[str, str] = ("", ""), stall_secs: float = 300.0) -> int:
     """Runs the task of `args` in a child process and returns the task's exit code.
 
     The child gets this process's environment (the plan is applied) but the TF_CONFIG this process was given,
@@ -193,6 +229,6 @@ def run_task_process(args, plan: TaskPlan, session_timeout_secs: float, preempti
     """
     gate = evaluator_gate(*dirs, started=time.time()) if plan.starts_after_trainers else None
     ready_read, ready_write = os.pipe()
-    parent = TaskParent(plan, session_timeout_secs, preemption_grace_secs, gate)
+    parent = TaskParent(plan, session_timeout_secs, preemption_grace_secs, gate, stall_secs)
     return parent.run(child_command(args, ready_write, cpu_set), ready_write, ready_read,
                       child_environment(os.environ, given_tf_config))

@@ -6,13 +6,17 @@
   themselves) get `launcher.finish_timeout_secs` and are then stopped;
 - the evaluator gets `evaluation.final_timeout_secs` for the final checkpoint;
 - no progress in the tasks' records for `launcher.stall_timeout_secs` (plus
-  the session timeout while a group starts) is a stall.
+  the session timeout while a group starts) is a stall;
+- a task stopped by a signal (SIGSTOP, a debugger: process state T) for
+  `launcher.stall_timeout_secs`, in any phase, is a failure of that task. Its
+  peers only wait for it (a stopped process's kernel still accepts their
+  connections), so it is named, not them.
 """
 
 from __future__ import annotations
 
 import time
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from .. import checkpoints
 from ..config import Config, TaskId
@@ -44,6 +48,7 @@ class Supervisor:
         self.training_done_time: Optional[float] = None
         self.group_started = time.time()
         self.notes: List[str] = []
+        self.stopped_since: Dict[TaskId, float] = {}
 
     def watch(self) -> None:
         """Returns when the run succeeded; raises RunFailed (or TaskFailure, which a restart may cure)."""
@@ -52,6 +57,7 @@ class Supervisor:
             for record in self.monitor.update(now):
                 self.console.evaluation(record)
             self._exits(now)
+            self._check_stopped(now)
             if self.training_done_time is not None:
                 if self._after_training(now):
                     return
@@ -113,6 +119,21 @@ class Supervisor:
             raise TaskFailure(f"the evaluator exited without evaluating the final checkpoint; its log: "
                               f"{evaluator.log_path}", evaluator.task, "exited before the final evaluation")
         return True
+
+    def _check_stopped(self, now: float) -> None:
+        """A task stopped by a signal for stall_timeout_secs fails, whatever the phase (starting, training, the end)."""
+        limit = self.config.launcher.stall_timeout_secs
+        for p in self.group.running():
+            if not p.is_stopped_by_signal():
+                self.stopped_since.pop(p.task, None)
+                continue
+            since = self.stopped_since.setdefault(p.task, now)
+            if now - since > limit:
+                del self.stopped_since[p.task]
+                raise TaskFailure(f"task {p.task} has been stopped by a signal (process state T: SIGSTOP or a "
+                                  f"debugger) for {now - since:.0f} s (launcher.stall_timeout_secs={limit}); its peers "
+                                  f"only wait for it; its log: {p.log_path}", p.task,
+                                  f"stopped by a signal for {now - since:.0f} s")
 
     def stall_limit(self) -> float:
         """stall_timeout_secs; until the (re)started group's first step, plus the session timeout."""

@@ -19,7 +19,7 @@ from estimator_mnist.config import TaskId
 from estimator_mnist.progress import ProgressWriter, progress_path
 
 ONCE = {"chief_fails_once": ("fail_soon", "chief_ok"), "chief_stalls_once": ("silent_forever", "chief_ok"),
-        "evaluator_fails_once": ("exit_now", "evaluator_ok")}
+        "evaluator_fails_once": ("exit_now", "evaluator_ok"), "worker_stops_once": ("stop_itself", "worker_ok")}
 
 
 class Fake:
@@ -109,6 +109,9 @@ def main(argv) -> int:
         "fail_soon": lambda f: (f.train(20, delay=0.1), sys.exit(200)),
         "fail_permanently": lambda f: (f.train(20, delay=0.1), sys.exit(1)),
         "exit_now": lambda f: sys.exit(200),
+        "chief_slow": lambda f: (f.train(f.max_steps, delay=1.0), f.write_checkpoint(f.max_steps)),
+        # SIGSTOPped as by a user or a debugger: alive, its port open, taking no steps.
+        "stop_itself": lambda f: (f.train(10), os.kill(os.getpid(), signal.SIGSTOP)),
         "chief_listens": lambda f: (f.listen_until_released(), f.train(f.max_steps), f.write_checkpoint(f.max_steps)),
         "evaluator_ok": lambda f: (ignore_sigterm(), f.evaluate(True)),
         "evaluator_never_final": lambda f: (ignore_sigterm(), f.evaluate(False)),

@@ -46,6 +46,18 @@ def test_a_stall_is_a_failure_that_restarts(tmp_path):
     assert not pids_alive(summary["all_pids"])
 
 
+def test_a_task_stopped_by_a_signal_is_named_and_restarted_within_the_stall_timeout(tmp_path):
+    """A stopped process still accepts its peers' connections; they wait for it. The stopped one is named."""
+    config = make_config(tmp_path, restart=ON_FAILURE, launcher={"stall_timeout_secs": 3})
+    code, out, summary, _, _ = run(config, {**HEALTHY, "chief:0": "chief_slow", "worker:0": "worker_stops_once"})
+    assert code == 0, out
+    [restart] = summary["restarts"]
+    assert restart["failed_task"] == "worker:0" and restart["reason"].startswith("stopped by a signal for "), restart
+    assert restart["seconds_since_launch"] < 3 + 6  # the stall timeout, from a stop about 1 s in, plus polling
+    assert "task worker:0 has been stopped by a signal (process state T" in restart["error"]
+    assert not pids_alive(summary["all_pids"])
+
+
 def test_a_failed_evaluator_is_restarted_alone(tmp_path):
     config = make_config(tmp_path, restart=ON_FAILURE)
     code, out, summary, _, _ = run(config, {**HEALTHY, "evaluator:0": "evaluator_fails_once"})

@@ -1,0 +1,38 @@
+"""The task's parent (task_process.py) with a real child process: a child stopped by a signal is named and ended
+within launcher.stall_timeout_secs, before its session formed or after, with no launcher around."""
+
+import os
+import sys
+import time
+
+import pytest
+
+from estimator_mnist.config import TaskId, config_from_dict
+from estimator_mnist.errors import RETRYABLE_EXIT_CODE
+from estimator_mnist.task_plan import plan_task
+from estimator_mnist.task_process import TaskParent
+
+CONFIG = config_from_dict({"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"], "evaluator": "localhost"}},
+                          "t.yaml")
+STOPS_ITSELF = [sys.executable, "-m", "tests.process.stop_probe"]
+
+
+@pytest.mark.parametrize("task", [TaskId("worker", 0),     # before its session formed: the startup watchdog's loop
+                                  TaskId("evaluator", 0)])  # no session to wait for: the main loop
+def test_a_child_stopped_by_a_signal_ends_the_task_retryably_within_the_stall_timeout(task, capfd):
+    parent = TaskParent(plan_task(CONFIG, task), session_timeout_secs=300, stall_secs=1.0)
+    read, write = os.pipe()
+    started = time.monotonic()
+    assert parent.run(STOPS_ITSELF, write, read) == RETRYABLE_EXIT_CODE
+    assert time.monotonic() - started < 1.0 + 4
+    assert parent.child.poll() is not None  # ended, not left stopped
+    err = capfd.readouterr().err
+    assert f"task {task}: its TensorFlow process (pid {parent.child.pid}) has been stopped by a signal" in err
+    assert "launcher.stall_timeout_secs=1" in err
+
+
+def test_a_child_that_is_continued_in_time_is_left_alone():
+    parent = TaskParent(plan_task(CONFIG, TaskId("evaluator", 0)), session_timeout_secs=300, stall_secs=3.0)
+    read, write = os.pipe()
+    # Stops itself, and a helper continues it after 1 s (as a debugger that lets go).
+    assert parent.run([*STOPS_ITSELF, "1"], write, read) == 0
