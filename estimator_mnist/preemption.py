@@ -39,9 +39,12 @@ FLAGS, COUNTERS, READS = "estimator_mnist_preemption_flags", "estimator_mnist_pr
 REPEAT_SECS = 2.0  # a SIGTERM this soon after the first is the same request (sent to the group and forwarded)
 
 
-def work_saved(model_dir: str, max_steps: int, is_evaluator: bool) -> Optional[str]:
-    """What of this task's work is on disk once it is all there (else None): after that, a stop loses nothing."""
-    if is_evaluator:
+def work_saved(model_dir: str, max_steps: int, evaluates: bool) -> Optional[str]:
+    """What of this task's work is on disk once it is all there (else None): after that, a stop loses nothing.
+
+    `evaluates`: the evaluator, and a process that evaluates itself, are done once the final evaluation (and
+    its export) is recorded; the other tasks once the final checkpoint is saved."""
+    if evaluates:
         final = checkpoints.final_evaluation(model_dir, max_steps)
         return f"the final checkpoint (step {final['global_step']}) is evaluated" if final else None
     step = checkpoints.latest_step(model_dir)

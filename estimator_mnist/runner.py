@@ -191,7 +191,9 @@ def run_task(config: Config, plan: TaskPlan, priority: str = "unchanged", ready_
     os.makedirs(config.model_dir, exist_ok=True)
     _configure_logging(task)
     preemption = Preemption(str(task), config.training.preemption_grace_secs, graceful=task.is_trainer,
-                            saved=lambda: work_saved(config.model_dir, config.training.max_steps, task.is_evaluator))
+                            # A process that evaluates itself has more to do after its final checkpoint.
+                            saved=lambda: work_saved(config.model_dir, config.training.max_steps,
+                                                     evaluates=task.is_evaluator or plan.evaluates_itself))
     preemption.install()
     bound_session_recreation(config.training.session_creation_timeout_secs)
     try:

@@ -79,7 +79,7 @@ class Launcher:
             raise KeyboardInterrupt(signal.Signals(signum).name)
 
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-        status, error, code, grace = "failed", None, 1, None
+        status, error, code, grace, interrupted = "failed", None, 1, None, False
         try:
             self._supervise()
             status, code = "finished", 0
@@ -89,7 +89,7 @@ class Launcher:
             error = str(exc)
         except KeyboardInterrupt as exc:
             name = exc.args[0] if exc.args else "SIGINT"
-            error, code = f"interrupted by {name}", INTERRUPTED_EXIT_CODE
+            error, code, interrupted = f"interrupted by {name}", INTERRUPTED_EXIT_CODE, True
             if name == "SIGTERM":
                 # Preempted: the trainers stop at the same step and the chief saves, within their grace period.
                 error, code, grace = "stopped by SIGTERM (preempted); the tasks saved what they could", \
@@ -99,7 +99,17 @@ class Launcher:
                                  "run over" if code == 0 else "stopping the run")
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+        if interrupted and self._work_saved():
+            # A stop that came after the run's work was on disk lost nothing: the exit code says so.
+            self.notes.append(f"{error.split(';')[0]} after the run's work was saved")
+            status, error, code = "finished", None, 0
         return self._report(status, error, code)
+
+    def _work_saved(self) -> bool:
+        """The final checkpoint saved and, with an evaluator, evaluated and exported."""
+        step = checkpoints.latest_step(self.config.model_dir)
+        return step is not None and step >= self.config.training.max_steps and (
+            self.config.cluster.evaluator is None or self.monitor.final_evaluation() is not None)
 
     def _report(self, status: str, error, code: int) -> int:
         summary = build_summary(self, status, error)

@@ -105,6 +105,7 @@ def main(argv) -> int:
         "chief_ok": lambda f: (f.train(f.max_steps), f.write_checkpoint(f.max_steps)),
         "worker_ok": lambda f: f.train(f.max_steps),
         "hang_ignoring_sigterm": hang,
+        "save_then_hang": lambda f: (f.train(f.max_steps), f.write_checkpoint(f.max_steps), hang(f)),
         "silent_forever": silent,
         "fail_soon": lambda f: (f.train(20, delay=0.1), sys.exit(200)),
         "fail_permanently": lambda f: (f.train(20, delay=0.1), sys.exit(1)),

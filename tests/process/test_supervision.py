@@ -96,6 +96,21 @@ def test_ctrl_c_stops_every_task(tmp_path):
     assert not pids_alive([t["pid"] for t in summary["tasks"].values()])
 
 
+def test_a_sigterm_after_the_run_s_work_is_saved_exits_0(tmp_path):
+    """The stop came once the final checkpoint was on disk (no evaluator): nothing was lost, so 0, not 200."""
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "launch_driver.py"), str(tmp_path / "run"),
+                             "save_then_hang"], stdout=subprocess.PIPE, text=True)
+    deadline = time.time() + 30
+    while time.time() < deadline and not (tmp_path / "run" / "model" / "checkpoint").exists():
+        time.sleep(0.2)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert "note: stopped by SIGTERM (preempted) after the run's work was saved" in out
+    assert out.strip().splitlines()[-1].startswith("finished:")
+
+
 def test_launch_refuses_unprepared_data(tmp_path):
     config = make_config(tmp_path)
     with pytest.raises(UsageError, match=r"MNIST is not prepared in .*data \(no prepared dataset found\); run 'estimator-mnist prepare-data --data-dir"):

@@ -63,14 +63,14 @@ def test_what_is_saved_is_the_final_checkpoint_or_for_the_evaluator_its_final_ev
     from estimator_mnist.preemption import work_saved
 
     model_dir = str(tmp_path)
-    assert work_saved(model_dir, 10, is_evaluator=False) is None
+    assert work_saved(model_dir, 10, evaluates=False) is None
     (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-10"\n')
     (tmp_path / "model.ckpt-10.index").write_text("")
-    assert work_saved(model_dir, 10, is_evaluator=False) == "the final checkpoint (step 10) is saved"
-    assert work_saved(model_dir, 11, is_evaluator=False) is None
-    assert work_saved(model_dir, 10, is_evaluator=True) is None
+    assert work_saved(model_dir, 10, evaluates=False) == "the final checkpoint (step 10) is saved"
+    assert work_saved(model_dir, 11, evaluates=False) is None
+    assert work_saved(model_dir, 10, evaluates=True) is None
     (tmp_path / "eval_results.jsonl").write_text('{"global_step": 10, "accuracy": 0.9, "loss": 0.3}\n')
-    assert work_saved(model_dir, 10, is_evaluator=True) == "the final checkpoint (step 10) is evaluated"
+    assert work_saved(model_dir, 10, evaluates=True) == "the final checkpoint (step 10) is evaluated"
 
 
 def test_a_trainer_raises_its_flag_and_a_repeat_of_the_same_sigterm_changes_nothing():
