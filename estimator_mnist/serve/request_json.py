@@ -108,10 +108,11 @@ def _from_instances(instances: list, input_types: Dict[str, str]) -> Dict[str, n
         pairs = element.items() if objects else [(names[0], element)]
         for name, value in pairs:
             try:
-                rows[name].append(_row_item(value, name, input_types, seen))
+                array = _row_item(value, name, input_types, seen)
             except ServingError as exc:
                 template = ERR_ELEMENT_KEY if objects else ERR_ELEMENT
                 raise invalid(template.format(item=item, name=name, error=exc.status_string())) from None
+            rows[name].append(array)
         if objects and set(element) != set(names):
             raise invalid(ERR_ELEMENT_KEYS.format(item=item, value=debug_string(element), names=",".join(names)))
     return {name: np.stack(arrays) for name, arrays in rows.items()}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import signal
 import socket
 import sys
 
@@ -64,9 +65,14 @@ def _log(message: str) -> None:
 def _load_first(versions, path: str) -> None:
     """The export there is now, loaded before the port answers; one that cannot be loaded is bad input."""
     versions.poll()
+    served = versions.acquire()
+    if served is not None:
+        served.release()
+        return
     failed = [s for s in versions.states() if s[1] == "END" and s[2] != "OK"]
-    if versions.acquire() is None and failed:
+    if failed:
         raise UsageError(ERR_LOAD.format(path=path, export=failed[0][0], reason=failed[0][3]))
+    _log(f"no export in {path} yet: serving its first export as soon as it appears")
 
 
 def run(args) -> int:
@@ -81,11 +87,6 @@ def run(args) -> int:
 
         versions = Versions(args.model, LoadedModel, log=_log, poll_secs=args.poll_secs)
         _load_first(versions, args.model)
-        served = versions.acquire()
-        if served is None:
-            _log(f"no export in {args.model} yet: serving its first export as soon as it appears")
-        else:
-            served.release()
         return _serve(args, sock, versions)
     finally:
         sock.close()
@@ -107,10 +108,20 @@ def _serve(args, sock: socket.socket, versions) -> int:
     base = f"http://{host}:{args.port}"
     _log(f"the page: {base}/  TF Serving's REST API: {base}/v1/models/{args.name}  "
          f"the served version: {base}{INFO_PATH}  (Ctrl-C stops)")
+    interrupted = []
+
+    def on_ctrl_c(signum, frame):
+        interrupted.append(signum)
+        raise KeyboardInterrupt  # waitress' loop takes it as the end of serving, and returns
+
+    previous = signal.signal(signal.SIGINT, on_ctrl_c)
     try:
         server.run()
-    finally:  # Ctrl-C (KeyboardInterrupt, exit 130 in cli.py) or any failure: nothing is left running
+    finally:  # Ctrl-C or any failure: nothing is left running
+        signal.signal(signal.SIGINT, previous)
         server.close()
         batcher.stop()
         versions.stop()
+    if interrupted:
+        raise KeyboardInterrupt  # exit 130 (cli.py)
     return 0
