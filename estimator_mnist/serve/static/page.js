@@ -10,6 +10,7 @@ const INFO_PATH = "/estimator-mnist/model";
 const INFO_EVERY_MS = 5000;
 let modelName = "mnist";
 let drawing = false, last = null, hasInk = false, dirty = false, inFlight = false, pendingImage = null;
+let showingFile = false;  // a dropped picture is on the pad: drawing starts on a clean one
 
 function makeBars() {
   for (let digit = 0; digit < 10; digit++) {
@@ -90,6 +91,7 @@ function clearPad() {
   pen.fillRect(0, 0, pad.width, pad.height);
   hasInk = false;
   dirty = false;
+  showingFile = false;
   resetAnswer();
 }
 
@@ -115,6 +117,7 @@ function strokeTo(point) {
 
 pad.addEventListener("pointerdown", (event) => {
   event.preventDefault();
+  if (showingFile) clearPad();
   pad.setPointerCapture(event.pointerId);
   drawing = true;
   last = pointOf(event);
@@ -144,6 +147,7 @@ function classifyFile(file) {
       const scale = Math.min(pad.width / picture.width, pad.height / picture.height);
       const w = picture.width * scale, h = picture.height * scale;
       pen.drawImage(picture, (pad.width - w) / 2, (pad.height - h) / 2, w, h);
+      showingFile = true;
     };
     picture.src = dataUrl;
     pendingImage = dataUrl.split(",")[1];
