@@ -44,12 +44,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _model_flag(p, done: str) -> None:
+    p.add_argument("--model", required=True, metavar="PATH",
+                   help=f"an export directory, a model_dir or a run directory (its newest export is {done})")
+
+
 def _add_model_and_kubernetes_commands(add) -> None:
     """predict, summary and tfjob: what users do with a run, and where they take it next."""
     p = add("predict", commands.cmd_predict, "classify image files (PNG, JPEG, ...), .npy arrays or MNIST IDX files "
             "with a trained model")
-    p.add_argument("--model", required=True, metavar="PATH",
-                   help="an export directory, a model_dir or a run directory (its newest export is taken)")
+    _model_flag(p, "taken")
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--invert", choices=("auto", "yes", "no"), default="auto",
                    help="auto (default): invert dark-on-light images; MNIST digits are light on dark")
@@ -91,8 +95,7 @@ def _model_name(text: str) -> str:
 def _add_serve_command(add) -> None:
     p = add("serve", commands.cmd_serve, "answer TensorFlow Serving's REST API with the newest export, picking up "
             "newer ones live, and show a page at / to draw digits on")
-    p.add_argument("--model", required=True, metavar="PATH",
-                   help="an export directory, a model_dir or a run directory (its newest export is served)")
+    _model_flag(p, "served")
     p.add_argument("--port", type=_port, default=8501, help="default 8501, as TF Serving's REST port")
     p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only); 0.0.0.0 lets "
                                                        "anyone who reaches the port use the model")

@@ -168,5 +168,7 @@ def create_app(api: ServingApi) -> Flask:
             return api.handle(request.method, path)
         except ServingError as exc:
             return _json(error_body(exc.message), exc.http_status)
+        except Exception as exc:  # pylint: disable=broad-except  # Serving's INTERNAL; the server goes on
+            return _json(error_body(f"{type(exc).__name__}: {exc}"), 500)
 
     return app

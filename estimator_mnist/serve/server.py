@@ -58,6 +58,11 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def exposure_warning(host: str, port: int) -> str:
+    """The one warning for an address other than loopback, or ''."""
+    return "" if host in LOOPBACK_HOSTS or host.startswith("127.") else WARN_EXPOSED.format(host=host, port=port)
+
+
 def _log(message: str) -> None:
     print(f"estimator-mnist serve: {message}", flush=True)
 
@@ -79,8 +84,9 @@ def run(args) -> int:
     check_model_path(args.model)
     sock = listen(args.host, args.port)
     try:
-        if args.host not in LOOPBACK_HOSTS and not args.host.startswith("127."):
-            print(WARN_EXPOSED.format(host=args.host, port=args.port), file=sys.stderr, flush=True)
+        warning = exposure_warning(args.host, args.port)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
         before_import()  # TensorFlow's start-up notices say nothing about serving (tf_noise.py)
         from .model import LoadedModel  # pylint: disable=import-outside-toplevel  # TensorFlow, after the checks
         from .versions import Versions  # pylint: disable=import-outside-toplevel

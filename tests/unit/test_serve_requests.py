@@ -12,6 +12,7 @@ from estimator_mnist.serve import json_values as jv
 from estimator_mnist.serve import request_json as rj
 from estimator_mnist.serve.response_json import metadata_body, predict_body, status_body
 from estimator_mnist.serve.serving_errors import ServingError
+from tests.helpers import error_pattern
 
 SIGNATURES = {"serving_default": {"image_bytes": "DT_STRING"}, "images": {"images": "DT_FLOAT"},
               "pair": {"a": "DT_FLOAT", "b": "DT_INT32"}}
@@ -28,10 +29,6 @@ def types_of(name):
 def parse(document):
     body = document if isinstance(document, bytes) else json.dumps(document).encode()
     return rj.parse_predict(body, types_of)
-
-
-def pattern(template: str) -> str:
-    return "^" + re.sub(r"\\{[a-z_]+\\}", ".*", re.escape(template)) + "$"
 
 
 def test_row_form_with_b64_images():
@@ -97,7 +94,7 @@ def test_each_bad_request_is_a_400_with_serving_s_text(body, error):
     with pytest.raises(ServingError) as caught:
         parse(body)
     assert caught.value.http_status == 400
-    assert re.match(pattern(error), caught.value.message, re.DOTALL), caught.value.message
+    assert re.fullmatch(error_pattern(error), caught.value.message, re.DOTALL), caught.value.message
 
 
 def test_texts_match_serving_s_to_the_letter():
@@ -135,7 +132,7 @@ def test_classify_and_regress_bodies_are_checked_as_serving_checks_them():
                             ({"examples": []}, rj.ERR_EXAMPLES_EMPTY), ({"examples": [1]}, rj.ERR_EXAMPLE_OBJECT)]:
         with pytest.raises(ServingError) as caught:
             rj.parse_examples(json.dumps(document).encode())
-        assert re.match(pattern(error), caught.value.message, re.DOTALL), caught.value.message
+        assert re.fullmatch(error_pattern(error), caught.value.message, re.DOTALL), caught.value.message
 
 
 def test_predict_bodies_in_both_forms():

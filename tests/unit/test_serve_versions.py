@@ -12,6 +12,7 @@ import pytest
 
 from estimator_mnist.serve.batcher import Batcher
 from estimator_mnist.serve.versions import evaluation_of, Versions
+from tests.helpers import make_export
 
 
 class FakeModel:
@@ -20,13 +21,6 @@ class FakeModel:
 
     def close(self):
         self.closed = True
-
-
-def make_export(model_dir, stamp):
-    folder = model_dir / "export" / "latest" / str(stamp)
-    folder.mkdir(parents=True)
-    (folder / "saved_model.pb").write_bytes(b"")
-    return folder
 
 
 def served(versions):
