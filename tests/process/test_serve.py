@@ -6,6 +6,7 @@ import base64
 import concurrent.futures
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -147,6 +148,9 @@ def test_a_newer_export_is_served_without_a_restart_and_the_info_names_it(served
     assert answer.headers["X-Model-Version"] == Path(newer).name
     info = requests.get(server.url("/estimator-mnist/model"), timeout=10).json()
     assert info == {"name": "mnist", "version": int(Path(newer).name), "export": newer}  # no evaluation recorded
+    shutil.rmtree(newer)  # deleted while loaded, as keep_newest deletes old exports
+    time.sleep(0.5)  # a poll or two
+    assert server.predict({"instances": [b64(served["files"][0])]}).headers["X-Model-Version"] == Path(newer).name
     assert "text/html" in requests.get(server.url("/"), timeout=10).headers["Content-Type"]
     assert requests.get(server.url("/static/page.js"), timeout=10).status_code == 200
 
