@@ -131,7 +131,10 @@ class Versions:
 
     def _watch(self) -> None:
         while not self._stop.wait(self._poll_secs):
-            self.poll()
+            try:
+                self.poll()
+            except OSError as exc:  # the run's directory moved or went away: keep serving, look again
+                self._log(f"cannot look for exports in {self._path}: {exc}")
 
     def start(self) -> None:
         """Polls in the background (for a model_dir or run; an export given itself is never replaced)."""
