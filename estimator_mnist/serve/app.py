@@ -122,7 +122,7 @@ class ServingApi:
         if match is None:
             raise invalid(ERR_MALFORMED.format(method=method, path=path))
         name, number, label, verb = match.groups()
-        if label:
+        if label and (method == "POST" or verb == "metadata"):  # the status lists every version whatever the label
             raise invalid(ERR_LABEL.format(label=label))
         version = int(number) if number else None
         if method == "POST":
