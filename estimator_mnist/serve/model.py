@@ -51,7 +51,8 @@ class LoadedModel:
             return self._classifier.run(signature_name or DEFAULT_SIGNATURE, inputs)
         except tf.errors.OpError as exc:
             # TF 2.15's Python session puts "Graph execution error:" before the kernel's message; Serving's C++
-            # session returns the message alone.
+            # session returns the message alone (tf_workarounds.py lists this; pinned by
+            # tests/process/test_serve.py::test_an_undecodable_image_gets_tensorflow_s_own_message).
             message = exc.message.split(GRAPH_ERROR_PREFIX, 1)[-1].lstrip("\n")
             raise ServingError(CODE_NAMES.get(exc.error_code, "UNKNOWN"), message) from None
         except (TypeError, ValueError) as exc:  # a feed numpy cannot hand to TensorFlow

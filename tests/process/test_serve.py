@@ -115,6 +115,13 @@ def test_bad_requests_get_400_with_serving_s_error_body_and_the_server_goes_on(s
     assert server.predict({"instances": [b64(served["files"][0])]}).status_code == 200
 
 
+def test_an_undecodable_image_gets_tensorflow_s_own_message(served):
+    """As Serving's C++ session gives it: the kernel's message and its node, without TF 2.15's Python prefix."""
+    answer = served["server"].predict({"instances": [{"b64": "aGVsbG8="}]})
+    assert answer.json() == {"error": "Unknown image file format. One of JPEG, PNG, GIF, BMP required.\n\t "
+                                      "[[{{node decode_image/DecodeImage}}]]"}
+
+
 def test_classify_and_regress_answer_as_serving_does_for_a_predict_signature(served):
     server = served["server"]
     classify = requests.post(server.url("/v1/models/mnist:classify"), json={"examples": [{}]}, timeout=10)
