@@ -86,6 +86,16 @@ def _port(text: str) -> int:
     return value
 
 
+def _milliseconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a wait from 0 to 1000 ms")
+    return value
+
+
 def _model_name(text: str) -> str:
     if not text or "/" in text or ":" in text:  # Serving's paths take the name as [^/:]+
         raise argparse.ArgumentTypeError(f"{text!r} cannot be a model name in a URL: no '/' or ':'")
@@ -102,7 +112,7 @@ def _add_serve_command(add) -> None:
     p.add_argument("--name", type=_model_name, default="mnist", help="the model's name in /v1/models/NAME")
     p.add_argument("--max-batch-size", type=_positive, default=64, metavar="N",
                    help="at most this many images of concurrent requests share one model call (default 64)")
-    p.add_argument("--batch-timeout-ms", type=float, default=2.0, metavar="MS",
+    p.add_argument("--batch-timeout-ms", type=_milliseconds, default=2.0, metavar="MS",
                    help="how long a request waits for others to share its model call (default 2)")
     p.add_argument("--poll-secs", type=float, default=1.0, help=argparse.SUPPRESS)  # how often to look for exports
 

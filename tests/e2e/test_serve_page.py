@@ -60,7 +60,8 @@ def page(trained):
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                     "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1000,800",
+                     "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+                     "--window-size=1000,800",
                      f"--user-data-dir={trained['tmp'] / 'chromium-profile'}"):
         options.add_argument(argument)
     server = Server(trained["model_dir"])

@@ -18,6 +18,7 @@ from tests.helpers import error_pattern
     (["--port", "70000"], "'70000' is not a port"),
     (["--name", "a/b"], "'a/b' cannot be a model name"),
     (["--max-batch-size", "0"], "'0' is not a positive whole number"),
+    (["--batch-timeout-ms", "-1"], "'-1' is not a wait from 0 to 1000 ms"),
 ])
 def test_each_bad_flag_exits_2_naming_it(tmp_path, capsys, flags, error):
     with pytest.raises(SystemExit) as exited:
