@@ -8,7 +8,7 @@ malformed requests, and the server's resident memory after them against
 after the warm-up. The goals are printed as PASS or FAIL; nothing is
 asserted. --json appends one line of every figure.
 
-    python benchmarks/serve_throughput.py --model runs/local --json results/serve.jsonl
+    python benchmarks/serve_throughput.py --model runs/local --json runs/bench/serve_throughput.jsonl
 """
 
 from __future__ import annotations
