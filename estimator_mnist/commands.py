@@ -187,6 +187,12 @@ def cmd_predict(args) -> int:
     return run(args.model, args.files, args.invert, args.json, args.top_k, sys.stdout, sys.stderr)
 
 
+def cmd_serve(args) -> int:
+    from .serve.server import run
+
+    return run(args)
+
+
 def cmd_summary(args) -> int:
     from .run_summary import print_summary
 

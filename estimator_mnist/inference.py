@@ -26,12 +26,31 @@ class Classifier:
         self._session = tf.compat.v1.Session(graph=self._graph)
         meta = tf.compat.v1.saved_model.loader.load(self._session, [tf.saved_model.SERVING], export_dir)
         self._signatures = meta.signature_def
+        self._callables = {}
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self._session.close()
+
+    @property
+    def signatures(self):
+        """The export's SignatureDefs, by name."""
+        return self._signatures
+
+    def run(self, signature: str, inputs: dict) -> dict:
+        """Every output of `signature` for {input name: array}. A callable made once per signature runs it: no
+        Python-side feed checks, so a wrong shape or dtype gets TensorFlow's own error, as from Serving."""
+        if signature not in self._callables:
+            definition = self._signatures[signature]
+            names = sorted(definition.inputs)
+            outputs = sorted(definition.outputs)
+            run = self._session.make_callable([definition.outputs[name].name for name in outputs],
+                                              [definition.inputs[name].name for name in names])
+            self._callables[signature] = (names, outputs, run)
+        names, outputs, run = self._callables[signature]
+        return dict(zip(outputs, run(*[inputs[name] for name in names])))
 
     def _tensors(self, signature: str, input_key: str):
         if signature not in self._signatures:

@@ -52,16 +52,25 @@ def _exports_of(model_dir: Path) -> List[str]:
     return [export for base in bases for export in checkpoints.exports_in(str(base))]
 
 
-def find_export(path: str) -> str:
-    """An export directory itself, else the newest export in an export base (an ensemble's), of a model_dir, or of
-    a run directory's model_dir."""
+def export_candidates(path: str) -> List[str]:
+    """Every finished export that `path` names: the directory itself if it is one, else those of an export base
+    (an ensemble's), of a model_dir, or of a run directory's model_dir. `serve` polls this for newer ones."""
     base = Path(path)
     if (base / SAVED_MODEL_FILE).is_file():
-        return str(base)
+        return [str(base)]
     candidates = checkpoints.exports_in(str(base)) + _exports_of(base) + _exports_of(base / "model")
     model_dir = (read_json(base / "run_summary.json") or {}).get("model_dir")
     if model_dir:
         candidates += _exports_of(Path(model_dir))
+    return candidates
+
+
+def find_export(path: str) -> str:
+    """An export directory itself, else the newest export in an export base (an ensemble's), of a model_dir, or of
+    a run directory's model_dir."""
+    if (Path(path) / SAVED_MODEL_FILE).is_file():
+        return str(Path(path))
+    candidates = export_candidates(path)
     if not candidates:
         raise UsageError(ERR_NO_EXPORT.format(path=path))
     return max(candidates, key=lambda d: int(Path(d).name))

@@ -17,7 +17,10 @@ this file stays the index:
   TF sets up a MultiWorkerMirrored cluster it holds the GIL, so no thread of
   the task could act (tests/e2e/test_cluster_run.py::test_a_peer_that_never_starts_is_named_within_the_timeout);
 - model_fn is marked as AutoGraph's own artifact (model.py): under a strategy AutoGraph rewrote it and
-  all it calls at every trainer's start (tests/unit/test_model.py::test_autograph_leaves_model_fn_alone).
+  all it calls at every trainer's start (tests/unit/test_model.py::test_autograph_leaves_model_fn_alone);
+- `serve` takes off the "Graph execution error:" that TF 2.15's Python session puts before a kernel's message,
+  so that a client gets the text TF Serving's C++ session gives (serve/model.py;
+  tests/process/test_serve.py::test_an_undecodable_image_gets_tensorflow_s_own_message).
 """
 
 from __future__ import annotations

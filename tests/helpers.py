@@ -85,6 +85,14 @@ def launch_cluster(tmp_path, template: str, port_count: int, attempts: int = 3, 
     pytest.fail(f"no free ports after {attempts} attempts: {out}")
 
 
+def make_export(model_dir, stamp):
+    """An empty stand-in export (saved_model.pb of no bytes) of a model_dir, for the code that only finds exports."""
+    folder = Path(model_dir) / "export" / "latest" / str(stamp)
+    folder.mkdir(parents=True)
+    (folder / "saved_model.pb").write_bytes(b"")
+    return folder
+
+
 def error_pattern(template: str) -> str:
     """A regex for an error template (the module's constant): each {field} matches anything."""
     return ".*".join(re.escape(part) for part in re.split(r"\{\w+(?:!r)?(?::[^}]*)?\}", template))

@@ -26,7 +26,11 @@ TF_FREE = ["estimator_mnist.errors", "estimator_mnist.config", "estimator_mnist.
            "estimator_mnist.sweep.scheduler", "estimator_mnist.sweep.table",
            "estimator_mnist.launch.processes", "estimator_mnist.launch.group", "estimator_mnist.launch.monitor",
            "estimator_mnist.launch.supervisor", "estimator_mnist.launch.restarts", "estimator_mnist.launch.report",
-           "estimator_mnist.launch.launcher", "estimator_mnist.commands", "estimator_mnist.cli"]
+           "estimator_mnist.launch.launcher", "estimator_mnist.commands", "estimator_mnist.cli",
+           "estimator_mnist.serve", "estimator_mnist.serve.serving_errors", "estimator_mnist.serve.json_values",
+           "estimator_mnist.serve.request_json", "estimator_mnist.serve.response_json",
+           "estimator_mnist.serve.versions", "estimator_mnist.serve.batcher", "estimator_mnist.serve.app",
+           "estimator_mnist.serve.server"]
 
 
 def python_files():

@@ -13,18 +13,12 @@ from estimator_mnist import predict
 from estimator_mnist.errors import UsageError
 from estimator_mnist.predict import (ERR_ARRAY_DTYPE, ERR_ARRAY_RANGE, ERR_ARRAY_SHAPE, ERR_IDX_LABELS,
                                      ERR_NO_EXPORT, ERR_UNREADABLE, find_export, read_item)
+from tests.helpers import make_export
 
 
 def pattern(template: str) -> str:
     """A regex for an error template, any value in each {field}."""
     return ".*".join(re.escape(part) for part in re.split(r"\{[a-z_]+(?::[^}]*)?\}", template))
-
-
-def make_export(base, stamp):
-    folder = base / "export" / "latest" / str(stamp)
-    folder.mkdir(parents=True)
-    (folder / "saved_model.pb").write_bytes(b"")
-    return folder
 
 
 def test_the_newest_export_of_a_model_dir_or_run_dir_is_taken(tmp_path):

@@ -1,0 +1,51 @@
+"""Run as `python -m tests.serve_exports BASE EXPORTS DIGITS_FOLDER DIGITS` by tests/serve_helpers.py: stand-in
+exports with random weights (seed 1, 2, ...) written as the evaluator writes them, each newer than the one before,
+and PNG digits to send; prints the exports and the PNG files as JSON."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def export(export_base: str, seed: int) -> str:
+    import tensorflow as tf
+
+    from estimator_mnist.export import signature_defs, write_saved_model
+    from estimator_mnist.model import build_network
+
+    def build():
+        tf.compat.v1.set_random_seed(seed)
+        network = build_network("tutorial_cnn")
+        return signature_defs(lambda images: network(images, training=False))
+
+    return write_saved_model(export_base, build, lambda s: s.run(tf.compat.v1.global_variables_initializer()))
+
+
+def digits(folder: str, count: int) -> list:
+    """Strokes of various lengths and slants, dark on light as a drawing is; the floats are MNIST's way round."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(7)
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    files, floats = [], []
+    for index in range(count):
+        image = np.zeros((28, 28), np.uint8)
+        top, left = rng.integers(3, 10), rng.integers(6, 18)
+        for row in range(top, top + rng.integers(10, 18)):
+            column = left + (row - top) * rng.integers(0, 2) // 2
+            image[row, column:column + 3] = 255
+        if index % 2:
+            image[top:top + 3, left:left + rng.integers(6, 12)] = 255
+        files.append(str(Path(folder) / f"{index:03d}.png"))
+        tf.io.write_file(files[-1], tf.io.encode_png(255 - image[:, :, None]))
+        floats.append(image[:, :, None].astype(np.float32) / 255.0)
+    np.save(Path(folder) / "digits.npy", np.stack(floats))
+    return files
+
+
+if __name__ == "__main__":
+    base, exports, folder, count = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    print(json.dumps({"exports": [export(base, seed) for seed in range(1, exports + 1)],
+                      "files": digits(folder, count)}))
