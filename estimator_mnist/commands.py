@@ -196,6 +196,16 @@ def cmd_tfjob(args) -> int:
     return 0
 
 
+def cmd_slurm(args) -> int:
+    from .slurm.batch_script import SbatchOptions, render
+
+    options = SbatchOptions(job_name=args.job_name, partition=args.partition, time=args.time, account=args.account,
+                            nodes=args.nodes, cpus_per_task=args.cpus_per_task, gpus_per_task=args.gpus_per_task,
+                            data_shared=args.data_shared, extra=tuple(args.sbatch_options))
+    print(render(load(args), args.cluster, args.overrides or (), options), end="")
+    return 0
+
+
 def cmd_keys(args) -> int:
     from .config import configuration_markdown, describe_keys
 
