@@ -28,6 +28,8 @@ NODES = {"n1": "a", "n2": "b"}  # Slurm's node name: its SimulatedHosts host
 CPUS_PER_NODE = 4  # declared (SlurmdParameters=config_overrides): more than this machine has is fine
 CTLD_PORT, SLURMD_PORT = 6917, 6918  # not Slurm's defaults (6817, 6818)
 START_SECS = 60
+# A requeued job may start again cred_expire + 1 s later (Slurm 22.05, job_mgr.c; default 120 s): shorter here.
+CRED_EXPIRE_SECS = 15
 
 SLURM_CONF = """\
 ClusterName=em{tag}
@@ -36,7 +38,7 @@ SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={munge_socket}
+AuthInfo=socket={munge_socket},cred_expire={cred_expire}
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={root}/state
@@ -51,6 +53,7 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=5,bf_interval=5
 MpiDefault=none
 SwitchType=switch/none
 JobAcctGatherType=jobacct_gather/none
@@ -95,7 +98,7 @@ class SlurmCluster:
         self.conf.write_text(SLURM_CONF.format(
             tag=self.tag, hostname=socket.gethostname(), ctld_address=ADDRESSES["a"], ctld_port=CTLD_PORT,
             slurmd_port=SLURMD_PORT, munge_socket=self.root / "munge" / "socket", root=self.root, nodes=nodes,
-            kill_wait=kill_wait))
+            kill_wait=kill_wait, cred_expire=CRED_EXPIRE_SECS))
         machine_hosts = Path("/etc/hosts").read_text(encoding="utf-8")
         names = "".join(f"{ADDRESSES[host]} {name}\n" for name, host in NODES.items())
         (self.root / "hosts").write_text(machine_hosts + names)

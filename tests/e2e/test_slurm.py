@@ -63,9 +63,11 @@ def head_and_tail(text):
     return text if len(text) < 5000 else f"{text[:1500]}\n[...]\n{text[-2500:]}"
 
 
-def job_output(slurm, tmp_path):
+def job_output(slurm, tmp_path, whole=False):
+    """The job's output file and every task's log (for a failure message: their heads and tails)."""
+    cut = (lambda text: text) if whole else head_and_tail
     logs = sorted((tmp_path / "run" / "logs").glob("slurm-*/*"))
-    text = "\n".join(f"--- {p.name}\n{head_and_tail(p.read_text(errors='replace'))}" for p in logs)
+    text = "\n".join(f"--- {p.name}\n{cut(p.read_text(errors='replace'))}" for p in logs)
     out = tmp_path / "job.out"
     return f"--- job.out\n{out.read_text(errors='replace') if out.exists() else ''}\n{text}"
 
@@ -86,7 +88,7 @@ def finished(slurm, job_id):
 
 def test_the_script_trains_evaluates_and_exports_on_two_nodes(slurm, tmp_path, mnist_data_dir):
     job_id, result = submit(slurm, tmp_path, mnist_data_dir)
-    output = job_output(slurm, tmp_path)
+    output = job_output(slurm, tmp_path, whole=True)
     assert result.returncode == 0, f"{result.stderr}\n{output}"
     job = slurm.job(job_id)
     assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", job
@@ -124,13 +126,13 @@ def test_scancel_term_stops_the_trainers_at_one_saved_step_and_the_script_reruns
     stopped_in = time.monotonic() - signalled
     stopped_at = latest_step(model_dir)
     wait_for(lambda: finished(slurm, job_id), WAIT_SECS, "the job's end", lambda: job_output(slurm, tmp_path))
-    output = job_output(slurm, tmp_path)
-    assert slurm.job(job_id)["JobState"] == "COMPLETED", output
+    output = job_output(slurm, tmp_path, whole=True)
+    assert slurm.job(job_id)["JobState"] == "COMPLETED", output[-20000:]
     first_step = (tmp_path / "run" / "logs" / f"slurm-{job_id}" / "srun-0.0.err").read_text()
     # Both trainers (ranks 0 and 2) stopped with 200 at the same saved step; the rerun restored it.
     assert "task 0: Exited with exit code 200" in first_step and "task 2: Exited with exit code 200" in first_step
-    assert f"chief:0 preempted: stopped at step {stopped_at}," in output, output
-    assert f"Restoring parameters from {model_dir}/model.ckpt-{stopped_at}" in output, output
+    assert f"chief:0 preempted: stopped at step {stopped_at}," in output, output[-20000:]
+    assert f"Restoring parameters from {model_dir}/model.ckpt-{stopped_at}" in output, output[-20000:]
     assert stopped_in < GRACE_SECS, stopped_in
     evaluations = read_eval_results(model_dir)
     assert evaluations and evaluations[-1]["global_step"] >= 80 and evaluations[-1]["final"], output
@@ -151,10 +153,24 @@ def test_a_signalled_batch_shell_requeues_the_job_which_resumes(slurm, tmp_path,
              lambda: job_output(slurm, tmp_path))
     stopped_at = latest_step(model_dir)
     wait_for(lambda: finished(slurm, job_id), WAIT_SECS, "the requeued job's end", lambda: job_output(slurm, tmp_path))
-    output = job_output(slurm, tmp_path)
-    assert slurm.job(job_id)["JobState"] == "COMPLETED", output
+    output = job_output(slurm, tmp_path, whole=True)
+    assert slurm.job(job_id)["JobState"] == "COMPLETED", output[-20000:]
     assert "requeueing the job" in output and "requeued 1 times" in output, output
-    assert stopped_at and stopped_at < 80, output
+    assert stopped_at and stopped_at < 80, output[-20000:]
+    assert f"chief:0 preempted: stopped at step {stopped_at}," in output, output[-20000:]
+    assert f"Restoring parameters from {model_dir}/model.ckpt-{stopped_at}" in output, output[-20000:]
     evaluations = read_eval_results(model_dir)
     assert evaluations and evaluations[-1]["global_step"] >= 80 and evaluations[-1]["final"], output
+    assert not slurm.processes_left(str(tmp_path))
+
+
+def test_a_step_whose_task_count_differs_from_the_yaml_s_is_one_line_and_exit_2(slurm, tmp_path):
+    yaml_file = tmp_path / "job.yaml"
+    yaml_file.write_text(JOB_YAML.format(steps=10, save=10, delay=0))
+    result = slurm.run(["srun", "--nodes=2", "--ntasks=2", sys.executable, "-m", "estimator_mnist", "train",
+                        "--cluster", str(yaml_file), "--run-dir", str(tmp_path / "run")], check=False, cwd=REPO)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("estimator-mnist: error:")]
+    assert result.returncode == 2, result.stderr
+    assert lines and all("the cluster has 3 tasks (chief:0, evaluator:0, worker:0) but the Slurm step has 2" in line
+                         for line in lines), result.stderr
     assert not slurm.processes_left(str(tmp_path))
