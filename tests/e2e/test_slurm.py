@@ -104,21 +104,21 @@ def test_the_script_trains_evaluates_and_exports_on_two_nodes(slurm, tmp_path, m
     assert summary.returncode == 0 and "accuracy" in summary.stdout, summary.stdout + summary.stderr
 
 
-def preempted_steps(run_dir):
-    return {name: r.get("preempted_at") for name, r in read_progress(run_dir).items()
-            if name.split(":")[0] in ("chief", "worker")}
+def submit_and_wait_for_training(slurm, tmp_path, mnist_data_dir):
+    """A job of 80 slowed steps, once it has passed step 10: (job id, model_dir)."""
+    job_id, _ = submit(slurm, tmp_path, mnist_data_dir, steps=80, save=80, delay=150, wait=False)
+
+    def training():
+        steps = [r.get("global_step") or 0 for r in read_progress(str(tmp_path / "run")).values()]
+        return steps and max(steps) >= 10
+
+    wait_for(training, WAIT_SECS, "training", lambda: job_output(slurm, tmp_path))
+    return job_id, str(tmp_path / "model")
 
 
 def test_scancel_term_stops_the_trainers_at_one_saved_step_and_the_script_reruns_the_step(
         slurm, tmp_path, mnist_data_dir):
-    job_id, _ = submit(slurm, tmp_path, mnist_data_dir, steps=80, save=80, delay=150, wait=False)
-    model_dir, run_dir = str(tmp_path / "model"), str(tmp_path / "run")
-
-    def training():
-        steps = [r.get("global_step") or 0 for r in read_progress(run_dir).values()]
-        return steps and max(steps) >= 10
-
-    wait_for(training, WAIT_SECS, "training", lambda: job_output(slurm, tmp_path))
+    job_id, model_dir = submit_and_wait_for_training(slurm, tmp_path, mnist_data_dir)
     signalled = time.monotonic()
     slurm.run(["scancel", "--signal=TERM", job_id])
     wait_for(lambda: "restart 1/2" in job_output(slurm, tmp_path), GRACE_SECS, "the step's end within the grace",
@@ -140,14 +140,7 @@ def test_scancel_term_stops_the_trainers_at_one_saved_step_and_the_script_reruns
 
 
 def test_a_signalled_batch_shell_requeues_the_job_which_resumes(slurm, tmp_path, mnist_data_dir):
-    job_id, _ = submit(slurm, tmp_path, mnist_data_dir, steps=80, save=80, delay=150, wait=False)
-    model_dir, run_dir = str(tmp_path / "model"), str(tmp_path / "run")
-
-    def training():
-        steps = [r.get("global_step") or 0 for r in read_progress(run_dir).values()]
-        return steps and max(steps) >= 10
-
-    wait_for(training, WAIT_SECS, "training", lambda: job_output(slurm, tmp_path))
+    job_id, model_dir = submit_and_wait_for_training(slurm, tmp_path, mnist_data_dir)
     slurm.run(["scancel", "--batch", "--signal=TERM", job_id])
     wait_for(lambda: slurm.job(job_id).get("Restarts", "0") != "0", 90, "the requeue",
              lambda: job_output(slurm, tmp_path))
