@@ -7,7 +7,8 @@ the state, spool, logs and pid files (`%n` gives each node its own), a munged on
 the nodes (the tasks inherit it; the machine's /etc/hosts is never edited). slurmd enters only the network
 namespace with `nsenter --net`: under `ip netns exec`, which remounts /sys, it stops with "No filesystem
 mounted on /sys/fs/cgroup". Client commands (sbatch, scontrol, scancel) run in n1's namespace.
-close() stops the daemons by PID and deletes the namespaces, also after a failure.
+close() stops the daemons by PID and deletes the namespaces, also after a failure; should the test process
+itself be killed, the daemons die with it (PR_SET_PDEATHSIG), and only the named namespaces remain.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
+from estimator_mnist.launch.processes import die_with_parent
 from tests.e2e.simulated_hosts import ADDRESSES, SimulatedHosts, kill_groups
 
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
@@ -109,7 +111,7 @@ class SlurmCluster:
         with open(self.root / f"{name}.out", "ab") as out:
             proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
                                      str(self.root / "hosts"), *command], stdout=out, stderr=subprocess.STDOUT,
-                                    env=self.env(), start_new_session=True)
+                                    env=self.env(), start_new_session=True, preexec_fn=die_with_parent)
         self.daemons.append(proc)
         return proc
 
@@ -118,7 +120,8 @@ class SlurmCluster:
         munge = self.root / "munge"
         with open(self.root / "munged.out", "ab") as out:
             self.daemons.append(subprocess.Popen(
-                ["runuser", "-u", "munge", "--", "munged", "--foreground", f"--socket={munge / 'socket'}",
+                ["setpriv", "--reuid=munge", "--regid=munge", "--clear-groups", "--pdeathsig=KILL", "munged",
+                 "--foreground", f"--socket={munge / 'socket'}",
                  f"--pid-file={munge / 'munged.pid'}", f"--log-file={munge / 'munged.log'}",
                  f"--seed-file={munge / 'munged.seed'}"], stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True))
