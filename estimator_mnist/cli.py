@@ -117,6 +117,24 @@ def _add_serve_command(add) -> None:
     p.add_argument("--poll-secs", type=float, default=1.0, help=argparse.SUPPRESS)  # how often to look for exports
 
 
+def _add_slurm_command(add) -> None:
+    """slurm: the batch script that runs the cluster file under Slurm (docs/slurm.md)."""
+    p = add("slurm", commands.cmd_slurm, "print a batch script for sbatch that runs the cluster file on a Slurm "
+            "cluster: one Slurm task per cluster task, reruns and requeues from the last checkpoint")
+    p.add_argument("--cluster", required=True, metavar="FILE", help="the cluster YAML (on storage every node sees)")
+    for flag, kind, text in (("--job-name", str, "default: the YAML's name"), ("--partition", str, None),
+                             ("--time", str, "the time limit, e.g. 2:00:00"), ("--account", str, None),
+                             ("--nodes", _positive, "at most one per cluster task"),
+                             ("--cpus-per-task", _positive, "the threads of each task follow it"),
+                             ("--gpus-per-task", str, "counted by each task, not masked")):
+        p.add_argument(flag, type=kind, help=text)
+    p.add_argument("--data-shared", action="store_true",
+                   help="data_dir is on storage every node sees: prepare MNIST once, not on every node")
+    p.add_argument("sbatch_options", nargs="*", metavar="-- SBATCH_OPTION",
+                   help="further sbatch options, after --, e.g. -- --qos=high --mail-type=END")
+    _paths(p)
+
+
 def _add_sweep_commands(add) -> None:
     """sweep and ensemble: one network per device, then the best of them as one model."""
     p = add("sweep", commands.cmd_sweep, "hyperparameter trials in parallel, one per device (a GPU, or a set of CPU "
@@ -186,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     _paths(p)
 
     _add_model_and_kubernetes_commands(add)
+    _add_slurm_command(add)
     _add_sweep_commands(add)
 
     p = add("keys", commands.cmd_keys, "list every YAML key with its default")

@@ -47,28 +47,34 @@ def cmd_tf_config(args) -> int:
 
 
 def _config_and_task(args):
-    """(config, task, tf_config or None, operator, notes): from --cluster and --task, from the TF_CONFIG
-    environment variable (the YAML supplies everything but the cluster), or a single-process job with neither."""
+    """(config, task, tf_config or None, operator, notes, own_cpus): from --cluster and --task, from the TF_CONFIG
+    environment variable (the YAML supplies everything but the cluster), from Slurm's step environment under
+    srun (slurm/environment.py), or a single-process job with none of them. `operator`: a cluster manager
+    gave the task its GPUs (count, do not mask); `own_cpus`: the CPUs it gave the task alone, or None."""
     from .config import apply_overrides, config_from_dict, read_yaml
     from .topology import parse_task
+    from .slurm.environment import from_slurm, in_slurm_step
     from .tf_config_env import from_tf_config, single_process
 
     if args.task is not None:
         if args.cluster is None:
             raise UsageError("train --task needs --cluster FILE, the YAML that defines the task")
         config = load(args)
-        return config, parse_task(args.task, config.cluster, args.cluster), None, False, ()
+        return config, parse_task(args.task, config.cluster, args.cluster), None, False, (), None
     data = apply_overrides(read_yaml(args.cluster) if args.cluster else {}, args.overrides or ())
     data.update({k: v for k, v in path_flags(args).items() if v is not None})
     label = args.cluster or "TF_CONFIG"
-    env = os.environ.get("TF_CONFIG")
+    env, own_cpus = os.environ.get("TF_CONFIG"), None
     if env:
         data, task, tf_config, operator, note = from_tf_config(data, env)
     elif args.cluster is None:
         raise UsageError(ERR_TRAIN_INPUT)
+    elif in_slurm_step(os.environ):
+        data, task, note, step = from_slurm(data, args.cluster, os.environ)
+        tf_config, operator, own_cpus = None, step.gpus_by_slurm, step.cpus_per_task
     else:
         (data, task, note), tf_config, operator = single_process(data, args.cluster), None, False
-    return config_from_dict(data, label), task, tf_config, operator, (note,) if note else ()
+    return config_from_dict(data, label), task, tf_config, operator, (note,) if note else (), own_cpus
 
 
 def cmd_train(args) -> int:
@@ -77,12 +83,12 @@ def cmd_train(args) -> int:
     from .hosts import all_on_loopback
     from .task_plan import apply_to_this_process, plan_task
 
-    config, task, tf_config, operator, notes = _config_and_task(args)
+    config, task, tf_config, operator, notes, own_cpus = _config_and_task(args)
     for note in notes if args.ready_fd is None else ():  # the parent says it; its child reads the same input
         print(f"estimator-mnist: {note}", file=sys.stderr, flush=True)
     # The child plans from the CPUs its parent saw, not from the share the parent pinned itself (and it) to.
     cpu_set = tuple(int(c) for c in args.usable_cpus.split(",")) if args.usable_cpus else usable_cpus()
-    plan = plan_task(config, task, tf_config, cpu_set=cpu_set, gpus_from_pod=operator)
+    plan = plan_task(config, task, tf_config, cpu_set=cpu_set, gpus_from_pod=operator, own_cpus=own_cpus)
     given_tf_config = os.environ.get("TF_CONFIG")  # the child reads the same input as this process did
     priority = apply_to_this_process(plan)  # before TensorFlow is imported: env, umask, CPU priority
     if args.ready_fd is not None:
@@ -215,6 +221,16 @@ def cmd_tfjob(args) -> int:
                 + yaml.safe_dump(apply_overrides(read_yaml(args.cluster), args.overrides), sort_keys=False))
     name = args.name or Path(args.cluster).stem.lower().replace("_", "-")
     print(manifest(config, text, args.cluster, args.image, args.volume_claim, name, args.namespace), end="")
+    return 0
+
+
+def cmd_slurm(args) -> int:
+    from .slurm.batch_script import SbatchOptions, render
+
+    options = SbatchOptions(job_name=args.job_name, partition=args.partition, time=args.time, account=args.account,
+                            nodes=args.nodes, cpus_per_task=args.cpus_per_task, gpus_per_task=args.gpus_per_task,
+                            data_shared=args.data_shared, extra=tuple(args.sbatch_options))
+    print(render(load(args), args.cluster, args.overrides or (), options), end="")
     return 0
 
 

@@ -77,8 +77,9 @@ def _pinned_cpus(config: Config, task: TaskId, settings: TaskSettings,
     return tuple(sorted(cpu_set)[k * share:(k + 1) * share])
 
 
-def _threads(config: Config, task: TaskId, settings: TaskSettings, cores: int) -> Tuple[int, int]:
-    """(intra_op, inter_op); 'auto' splits this machine's cores between its trainers.
+def _threads(config: Config, task: TaskId, settings: TaskSettings, cores: int, shared: bool = True) -> Tuple[int, int]:
+    """(intra_op, inter_op); 'auto' splits this machine's cores between its trainers (`shared`), or takes the
+    task's own (Slurm's --cpus-per-task).
 
     Left to TensorFlow, every process on a shared machine starts one thread per
     core, and two workers on two cores then run slower than one.
@@ -93,7 +94,7 @@ def _threads(config: Config, task: TaskId, settings: TaskSettings, cores: int) -
     elif task.type == "ps":
         auto = (1, 2)  # a ps task only applies updates
     else:
-        auto = (max(1, cores // max(1, len(_trainers_beside(config, task)))), 2)
+        auto = (max(1, cores // (max(1, len(_trainers_beside(config, task))) if shared else 1)), 2)
     intra = auto[0] if settings.intra_op_threads == "auto" else settings.intra_op_threads
     inter = auto[1] if settings.inter_op_threads == "auto" else settings.inter_op_threads
     return intra, inter
@@ -133,24 +134,26 @@ def _environment(config: Config, settings: TaskSettings, environ: Mapping[str, s
 def plan_task(config: Config, task: TaskId, tf_config: Optional[dict] = None, *, cores: Optional[int] = None,
               cpu_set: Optional[Sequence[int]] = None, cpu_bfloat16: Optional[bool] = None,
               environ: Optional[Mapping[str, str]] = None, gpus_from_pod: bool = False,
-              x86: Optional[bool] = None) -> TaskPlan:
+              x86: Optional[bool] = None, own_cpus: Optional[int] = None) -> TaskPlan:
     """The plan of `task`; `tf_config` defaults to the one the YAML cluster gives it.
 
     `cpu_set`/`cores`: the CPUs this process may run on (its affinity) or their number.
     `gpus_from_pod`: the task runs under Kubeflow's operator (TF_CONFIG's
     "environment": "cloud"), where `gpus` only counts the pod's GPUs.
-    `x86`: whether the machine is x86-64 (default: this one's), where the plan turns oneDNN on."""
+    `x86`: whether the machine is x86-64 (default: this one's), where the plan turns oneDNN on.
+    `own_cpus`: the CPUs a cluster manager gave this task alone (Slurm's SLURM_CPUS_PER_TASK): its threads
+    follow them, and it neither shares them with the trainers beside it nor pins itself (Slurm binds tasks)."""
     settings = config.task_settings(task)
     if cpu_set is None:  # the cores this process may run on; `cores=N` stands for the first N
         cpu_set = tuple(range(cores)) if cores is not None else cpu.usable_cpus()
-    cores = len(cpu_set)
+    cores = own_cpus or len(cpu_set)
     cpu_bfloat16 = cpu.cpu_has_bfloat16() if cpu_bfloat16 is None else cpu_bfloat16
     in_graph = config.strategy.name in IN_GRAPH_STRATEGIES and not task.is_evaluator
     cpu_precision = "mixed_bfloat16" if cpu_bfloat16 else "float32"
     precision = config.model.precision
     if precision == "auto" and settings.gpus == ():
         precision = cpu_precision  # no GPU can show up: the CPU decides now
-    intra, inter = _threads(config, task, settings, cores)
+    intra, inter = _threads(config, task, settings, cores, shared=own_cpus is None)
     total = config.cluster.num_workers
     timeout = config.session.operation_timeout_ms
     if timeout == "auto":
@@ -169,7 +172,7 @@ def plan_task(config: Config, task: TaskId, tf_config: Optional[dict] = None, *,
         if config.strategy.name == "parameter_server_sync" else None,
         operation_timeout_ms=timeout,
         waits_for_evaluation=task == config.cluster.chief_task and config.cluster.evaluator is not None,
-        gpus_from_pod=gpus_from_pod, cpus=_pinned_cpus(config, task, settings, cpu_set),
+        gpus_from_pod=gpus_from_pod, cpus=None if own_cpus else _pinned_cpus(config, task, settings, cpu_set),
         starts_after_trainers=task.is_evaluator and bool(_trainers_beside(config, task)))
 
 
@@ -226,8 +229,8 @@ def describe(plan: TaskPlan) -> str:
     env = " ".join(f"{k}={v!r}" for k, v in plan.env if k != "PYTHONUNBUFFERED")
     cuda = "" if any(k == "CUDA_VISIBLE_DEVICES" for k, _ in plan.env) else " CUDA_VISIBLE_DEVICES=(inherited)"
     if plan.gpus_from_pod and plan.settings.gpus is not None:
-        cuda += (f" gpus={len(plan.settings.gpus)} (Kubernetes: the pod's own GPUs, numbered from 0 by the device "
-                 "plugin; no CUDA_VISIBLE_DEVICES mask)")
+        cuda += (f" gpus={len(plan.settings.gpus)} (Kubernetes or Slurm: the pod's or Slurm task's own GPUs, "
+                 "numbered from 0 by the device plugin or Slurm; no CUDA_VISIBLE_DEVICES mask)")
     cores = "" if plan.cpus is None else f" cpus={','.join(map(str, plan.cpus))}"
     return (f"{env}{cuda}{cores} intra_op_threads={plan.intra_op_threads} inter_op_threads={plan.inter_op_threads} "
             f"umask={plan.umask:03o} in_graph={plan.in_graph} evaluates_itself={plan.evaluates_itself} "

@@ -32,7 +32,7 @@ def config_and_task(args, tf_config):
     with mock.patch.dict(os.environ, env, clear=False):
         if tf_config is None:
             os.environ.pop("TF_CONFIG", None)
-        return commands._config_and_task(args)
+        return commands._config_and_task(args)[:5]  # the sixth, own_cpus, is Slurm's (test_slurm_environment.py)
 
 
 def test_the_operator_s_tf_config_keeps_the_evaluator_in_the_product_s_view_only(tmp_path):
@@ -75,7 +75,7 @@ def test_gpus_count_the_pod_s_gpus_under_the_operator(tmp_path):
         args, operator_tf_config("j", {"Chief": 1, "Worker": 1}, "worker", 0))
     plan = plan_task(config, task, tf_config, gpus_from_pod=operator, cores=2, cpu_bfloat16=False)
     assert "CUDA_VISIBLE_DEVICES" not in dict(plan.env)
-    assert "gpus=2 (Kubernetes: the pod's own GPUs" in describe(plan)
+    assert "gpus=2 (Kubernetes or Slurm: the pod's or Slurm task's own GPUs" in describe(plan)
     by_hand = plan_task(config, task, tf_config, cores=2, cpu_bfloat16=False)
     assert dict(by_hand.env)["CUDA_VISIBLE_DEVICES"] == "2,3"
 

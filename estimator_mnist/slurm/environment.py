@@ -1,0 +1,155 @@
+"""`train` under srun: its role, its index and its peers from Slurm's step environment and the YAML's roles.
+
+The YAML's `cluster:` gives the roles and their counts; its hosts are replaced by the step's nodes. The
+roles are laid over the step's ranks in ROLE_ORDER (chief, evaluator, workers, ps), and the ranks over the
+nodes in block distribution, Slurm's default: SLURM_STEP_NODELIST in Slurm's order (never sorted),
+SLURM_STEP_TASKS_PER_NODE tasks on each. A task checks that its computed node is SLURMD_NODENAME, so a step
+started with another distribution stops with one line instead of forming a wrong cluster.
+
+Ports come from SLURM_JOB_ID: the k-th task on a node listens on
+PORT_BASE + (job id mod PORT_SLOTS) * PORT_STRIDE + k, so two tasks on one node never share a port, and two
+jobs on one node collide only if their ids differ by a multiple of PORT_SLOTS. The range ends below Linux's
+ephemeral ports (32768-60999), where outgoing connections take theirs. No TensorFlow.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from typing import Callable, List, Mapping, Optional, Tuple
+
+from ..config import TaskId
+from ..errors import UsageError
+from .hostlist import expand_hostlist, expand_tasks_per_node
+
+ROLE_ORDER = ("chief", "evaluator", "worker", "ps")  # the evaluator beside the chief: the trainers spread out
+PORT_BASE, PORT_SLOTS, PORT_STRIDE = 16384, 512, 32  # ports 16384-32767
+STEP_VARS = ("SLURM_STEP_NODELIST", "SLURM_PROCID")  # both set in every task srun starts
+
+ERR_NO_CLUSTER = ("{file}: under srun, train takes the roles and their counts from the YAML's cluster section, and "
+                  "this file has none; add e.g. cluster: {{chief: ['localhost:2222'], worker: ['localhost:2223']}}")
+ERR_VAR = "{var} is {got!r}, not {expected}; run train as one task of an srun step, or pass --task TYPE:INDEX"
+ERR_COUNT = ("{file}: the cluster has {count} tasks ({tasks}) but the Slurm step has {step} "
+             "(SLURM_STEP_NUM_TASKS); start it with srun --ntasks={count}, as 'estimator-mnist slurm' writes it")
+ERR_LAYOUT = ("SLURM_STEP_TASKS_PER_NODE {per_node!r} gives {counts} node(s) and {total} task(s), but "
+              "SLURM_STEP_NODELIST {nodes!r} lists {names} node(s) and SLURM_STEP_NUM_TASKS is {step}")
+ERR_DISTRIBUTION = ("Slurm started rank {rank} on {actual}, but block distribution puts it on {computed}: start "
+                    "the step with srun --distribution=block (the default), as 'estimator-mnist slurm' writes it")
+ERR_RESOLVE = ("node {node} (task {task}) does not resolve to an address ({reason}), so TensorFlow's gRPC cannot "
+               "reach it; make the Slurm node names resolve on every node (DNS or /etc/hosts)")
+ERR_PORTS = ("node {node} runs {count} tasks of this step, more than the {stride} ports a job has per node; "
+             "spread the step over more nodes")
+
+
+@dataclass(frozen=True)
+class SlurmStep:
+    """The facts of one srun task, read from its environment."""
+
+    job_id: int
+    step_id: str
+    rank: int
+    node: str                     # SLURMD_NODENAME: where this task runs
+    nodes: Tuple[str, ...]        # the step's nodes, in Slurm's order
+    tasks_per_node: Tuple[int, ...]
+    cpus_per_task: Optional[int]  # SLURM_CPUS_PER_TASK, set by --cpus-per-task
+    gpus_by_slurm: bool           # Slurm set CUDA_VISIBLE_DEVICES to this task's GPUs (GRES)
+
+    def rank_nodes(self) -> List[Tuple[str, int]]:
+        """(node, position on that node) of each rank, in block distribution."""
+        return [(node, k) for node, count in zip(self.nodes, self.tasks_per_node) for k in range(count)]
+
+
+def in_slurm_step(environ: Mapping[str, str]) -> bool:
+    """Whether this process is a task of an srun step (the batch script itself is not)."""
+    return all(environ.get(var) for var in STEP_VARS)
+
+
+def _number(environ: Mapping[str, str], var: str, default: Optional[str] = None) -> int:
+    text = environ.get(var, default)
+    if text is None or not text.strip().isdigit():
+        raise UsageError(ERR_VAR.format(var=var, got=text, expected="a whole number"))
+    return int(text)
+
+
+def read_step(environ: Mapping[str, str]) -> SlurmStep:
+    """The step's facts; one line (UsageError) for a variable that is missing, malformed or contradicts another."""
+    nodes = expand_hostlist(environ.get("SLURM_STEP_NODELIST", ""))
+    per_node = environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE", "")
+    counts = expand_tasks_per_node(per_node)
+    step_tasks = _number(environ, "SLURM_STEP_NUM_TASKS", str(sum(counts)))
+    if len(counts) != len(nodes) or sum(counts) != step_tasks:
+        raise UsageError(ERR_LAYOUT.format(per_node=per_node, counts=len(counts), total=sum(counts),
+                                           nodes=environ.get("SLURM_STEP_NODELIST"), names=len(nodes),
+                                           step=step_tasks))
+    rank = _number(environ, "SLURM_PROCID")
+    if rank >= step_tasks:
+        raise UsageError(ERR_VAR.format(var="SLURM_PROCID", got=str(rank),
+                                        expected=f"a rank below the step's {step_tasks} tasks"))
+    node = environ.get("SLURMD_NODENAME") or ""
+    if not node:
+        raise UsageError(ERR_VAR.format(var="SLURMD_NODENAME", got=None, expected="the name of this task's node"))
+    cpus = environ.get("SLURM_CPUS_PER_TASK")
+    gpus = bool(environ.get("CUDA_VISIBLE_DEVICES") is not None
+                and any(environ.get(v) for v in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "SLURM_GPUS_PER_TASK")))
+    return SlurmStep(job_id=_number(environ, "SLURM_JOB_ID"), step_id=environ.get("SLURM_STEP_ID", "?"), rank=rank,
+                     node=node, nodes=tuple(nodes), tasks_per_node=tuple(counts),
+                     cpus_per_task=_number(environ, "SLURM_CPUS_PER_TASK") if cpus else None, gpus_by_slurm=gpus)
+
+
+def ordered_tasks(tasks: List[TaskId]) -> List[TaskId]:
+    """The cluster's tasks in the order they take the ranks: ROLE_ORDER, then by index."""
+    return sorted(tasks, key=lambda t: (ROLE_ORDER.index(t.type), t.index))
+
+
+def job_port(job_id: int, position: int) -> int:
+    """The port of the task at `position` on its node, in job `job_id`."""
+    return PORT_BASE + (job_id % PORT_SLOTS) * PORT_STRIDE + position
+
+
+def _resolve(node: str, task: TaskId, resolver: Callable) -> None:
+    # TensorFlow's gRPC resolves a target's host through the system resolver (getaddrinfo, /etc/hosts
+    # included) for a TCP connection; ask it the same question before TensorFlow starts.
+    try:
+        resolver(node, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise UsageError(ERR_RESOLVE.format(node=node, task=task, reason=exc)) from None
+
+
+def step_cluster(step: SlurmStep, tasks: List[TaskId], file: str,
+                 resolver: Callable = socket.getaddrinfo) -> Tuple[dict, TaskId, dict]:
+    """(the YAML cluster section on the step's nodes, this task, each task's node)."""
+    order = ordered_tasks(tasks)
+    if len(order) != len(step.rank_nodes()):
+        raise UsageError(ERR_COUNT.format(file=file, count=len(order), tasks=", ".join(map(str, order)),
+                                          step=len(step.rank_nodes())))
+    placed = dict(zip(order, step.rank_nodes()))
+    for node, count in zip(step.nodes, step.tasks_per_node):
+        if count > PORT_STRIDE:
+            raise UsageError(ERR_PORTS.format(node=node, count=count, stride=PORT_STRIDE))
+    computed = step.rank_nodes()[step.rank][0]
+    if computed != step.node:
+        raise UsageError(ERR_DISTRIBUTION.format(rank=step.rank, actual=step.node, computed=computed))
+    cluster: dict = {}
+    for task, (node, position) in placed.items():
+        if task.is_evaluator:
+            cluster["evaluator"] = node  # no server, so no port
+            continue
+        _resolve(node, task, resolver)
+        cluster.setdefault(task.type, []).append(f"{node}:{job_port(step.job_id, position)}")
+    return cluster, order[step.rank], {task: node for task, (node, _) in placed.items()}
+
+
+def from_slurm(data: dict, file: str, environ: Mapping[str, str],
+               resolver: Callable = socket.getaddrinfo) -> Tuple[dict, TaskId, str, SlurmStep]:
+    """(YAML data with the step's cluster, this task, the note for the task's first log line, the step)."""
+    from ..config.cluster import parse_cluster  # pylint: disable=import-outside-toplevel
+
+    if data.get("cluster") is None:
+        raise UsageError(ERR_NO_CLUSTER.format(file=file))
+    step = read_step(environ)
+    cluster, task, nodes = step_cluster(step, parse_cluster(file, data["cluster"]).tasks(), file, resolver)
+    where = ", ".join(f"{t} {nodes[t]}" + ("" if t.is_evaluator else f":{cluster[t.type][t.index].rsplit(':', 1)[1]}")
+                      for t in ordered_tasks(list(nodes)))
+    note = (f"Slurm job {step.job_id} step {step.step_id}: this is {task} (rank {step.rank} on {step.node}); the "
+            f"YAML's hosts are replaced by the step's nodes, ports from SLURM_JOB_ID: {where}")
+    return {**data, "cluster": cluster}, task, note, step

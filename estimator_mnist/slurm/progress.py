@@ -1,0 +1,106 @@
+"""The progress lines of a Slurm job, as `launch` prints them: run by the batch script beside the step.
+
+`python -m estimator_mnist.slurm.progress TRAIN_ARGS --pid PID` reads the
+progress records and evaluations the tasks write to the shared run_dir and
+model_dir (launch's Monitor and Console), and prints to the job's output
+until the step (srun, PID) ends; then it writes run_summary.json there, for
+`estimator-mnist summary`. The tasks run on other nodes, so a record
+counts once it was written after this step began, not by the tasks' PIDs.
+No TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Dict
+
+from .. import checkpoints
+from ..config import load_config
+from ..files import write_json_atomic
+from ..launch.monitor import Monitor
+from ..launch.report import SUMMARY_FILE, Console
+from ..progress import read_progress
+
+POLL_SECS = 1.0
+
+
+class StepMonitor(Monitor):
+    """launch's view of progress, for tasks started by srun on any node: records written since `now` count."""
+
+    def __init__(self, config, now: float):
+        super().__init__(config, now)
+        self._since = now
+        self._run_dir = config.run_dir
+
+    def _current_records(self) -> Dict[str, dict]:
+        return {name: r for name, r in read_progress(self._run_dir).items() if (r.get("time") or 0) >= self._since}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def write_summary(config, cluster_file: str, restarts: int, environ=None) -> None:
+    """run_summary.json in the shared run_dir, so that `estimator-mnist summary RUN_DIR` finds the run."""
+    environ = os.environ if environ is None else environ
+    final = checkpoints.final_of(checkpoints.read_eval_results(config.model_dir), config.training.max_steps)
+    step = checkpoints.latest_step(config.model_dir)
+    write_json_atomic(Path(config.run_dir, SUMMARY_FILE), {
+        "status": "finished" if final else f"stopped at step {step}", "cluster_file": cluster_file,
+        "strategy": config.strategy.name, "max_steps": config.training.max_steps, "global_step": step,
+        "accuracy": final["accuracy"] if final else None, "export": final["export"] if final else None,
+        "run_dir": config.run_dir, "model_dir": config.model_dir, "restart_policy": "slurm batch script",
+        "restarts": [{"number": n + 1, "reason": "the step exited 200 (retryable)"} for n in range(restarts)],
+        "slurm": {"job_id": environ.get("SLURM_JOB_ID"), "requeues": int(environ.get("SLURM_RESTART_COUNT", 0))},
+    }, indent=2)
+
+
+def watch(config, pid: int, out=None, poll: float = POLL_SECS) -> None:
+    """Prints progress and evaluations until process `pid` ends."""
+    now = time.time()
+    monitor, console = StepMonitor(config, now), Console(out or sys.stdout, tty=False, start=now)
+    tasks = len(config.cluster.tasks())
+    while _alive(pid):
+        now = time.time()
+        for record in monitor.update(now):
+            console.evaluation(record)
+        if monitor.step is not None and monitor.step >= config.training.max_steps:
+            console.waiting(["the final evaluation and the export"] if config.cluster.evaluator else ["the tasks"],
+                            now)
+        else:
+            console.progress(monitor, config.training.max_steps, tasks, now)
+        time.sleep(poll)
+    for record in monitor.update(time.time()):
+        console.evaluation(record)
+    if monitor.step is not None:
+        console.timed(f"the step ended at training step {monitor.step}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m estimator_mnist.slurm.progress")
+    parser.add_argument("--cluster", required=True)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    for flag in ("--model-dir", "--run-dir", "--data-dir"):
+        parser.add_argument(flag)
+    parser.add_argument("--pid", type=int, required=True)
+    parser.add_argument("--restarts", type=int, default=0, help="the step's reruns in this job so far")
+    args = parser.parse_args(argv)
+    config = load_config(args.cluster, args.overrides, model_dir=args.model_dir, run_dir=args.run_dir,
+                         data_dir=args.data_dir)
+    watch(config, args.pid)
+    write_summary(config, args.cluster, args.restarts)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

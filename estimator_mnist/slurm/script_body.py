@@ -1,0 +1,84 @@
+"""The text of the batch script that batch_script.py fills in (a str.format template: bash's braces doubled)."""
+
+BODY = """\
+#!/bin/bash
+# Written by `estimator-mnist slurm --cluster {file}`; submit it with sbatch.
+{directives}
+#
+# Shared storage: model_dir and run_dir below must be on storage that every node sees (NFS, Lustre, ...),
+# as for any run on several machines: the chief writes the checkpoints that the evaluator and a rerun read,
+# and every task writes its progress there. The YAML and this Python must be at the same paths on every node.
+# Ranks take the roles in this order (block distribution): {ranks}.
+set -u
+PY=({python})
+EM=("${{PY[@]}}" -m estimator_mnist)
+TRAIN_ARGS=({args})
+RUN_DIR={run_dir}
+DATA_DIR={data_dir}
+MAX_RESTARTS={max_restarts}  # restart.max_restarts: reruns of the step in this job after a retryable exit (200)
+LOGS="$RUN_DIR/logs/slurm-$SLURM_JOB_ID"
+mkdir -p "$LOGS" || exit 1
+say() {{ echo "estimator-mnist: $*"; }}
+
+stop=0
+step=
+on_term() {{  # preemption, a time limit near (--signal=B:TERM@N), scancel --batch: stop at one saved step
+  stop=1
+  if [ -n "$step" ]; then scancel --signal=TERM "$SLURM_JOB_ID"; fi
+}}
+trap on_term TERM
+
+# The most telling exit code of the step's tasks, from srun's own lines: 2, then 1, then 200. With
+# --kill-on-bad-exit srun's status is that of the tasks it ended with a signal, not the failing task's.
+task_code() {{
+  local c
+  [ "$2" -eq 0 ] && {{ echo 0; return; }}
+  for c in 2 1 200; do
+    if grep -q "Exited with exit code $c\\$" "$1"; then echo "$c"; return; fi
+  done
+  echo 200  # a task ended by a signal (the OOM killer, a node lost): retryable, as train itself reports it
+}}
+
+say "job $SLURM_JOB_ID (requeued ${{SLURM_RESTART_COUNT:-0}} times) on $SLURM_JOB_NODELIST; task logs in $LOGS"
+{prepare} || exit $?
+
+requeue() {{
+  say "signalled (preemption, time limit or scancel --batch): $1; requeueing the job, which resumes from the last checkpoint"
+  scontrol requeue "$SLURM_JOB_ID" && exit 0
+  say "error: scontrol requeue $SLURM_JOB_ID failed (is JobRequeue allowed?); resubmit the script to resume"
+  exit 200
+}}
+
+restarts=0
+while :; do
+  [ "$stop" -eq 1 ] && requeue "before the step started"
+  attempt="${{SLURM_RESTART_COUNT:-0}}.$restarts"
+  srun --kill-on-bad-exit=1 --ntasks={ntasks} --distribution=block --output="$LOGS/rank-%t.log" \\
+    "${{EM[@]}}" train "${{TRAIN_ARGS[@]}}" 2>"$LOGS/srun-$attempt.err" &
+  step=$!
+  "${{PY[@]}}" -m estimator_mnist.slurm.progress "${{TRAIN_ARGS[@]}}" --pid "$step" --restarts "$restarts" &  # launch's lines
+  progress=$!
+  status=0
+  wait "$step" || status=$?
+  while kill -0 "$step" 2>/dev/null; do  # wait returned for the trap: the step is still stopping
+    status=0
+    wait "$step" || status=$?
+  done
+  step=
+  wait "$progress"
+  cat "$LOGS/srun-$attempt.err" >&2
+  code=$(task_code "$LOGS/srun-$attempt.err" "$status")
+  [ "$stop" -eq 1 ] && requeue "the step's tasks stopped with $code"
+  case "$code" in
+    0) say "done: the step's tasks all exited 0"; exit 0 ;;
+    200)
+      if [ "$restarts" -ge "$MAX_RESTARTS" ]; then
+        say "error: the step exited 200 (retryable) after $restarts restarts (restart.max_restarts=$MAX_RESTARTS); giving up; see $LOGS"
+        exit 1
+      fi
+      restarts=$((restarts + 1))
+      say "the step exited 200 (retryable): restart $restarts/$MAX_RESTARTS from the last checkpoint" ;;
+    *) say "error: a task exited $code; the job ends with it; see $LOGS"; exit "$code" ;;
+  esac
+done
+"""

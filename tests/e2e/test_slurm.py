@@ -1,0 +1,159 @@
+"""The cluster under a real two-node Slurm (tests/e2e/slurm_cluster.py): the script `estimator-mnist slurm`
+writes, submitted with sbatch, trains, evaluates and exports with the chief and the worker on different
+nodes; a SIGTERM to the step's tasks makes the script rerun the step from the one saved step; a SIGTERM to
+the batch shell (preemption, a time limit) requeues the job, which resumes; a step of the wrong size is one
+line and exit 2. Together they add about 4-6 minutes (2 busy cores), daemons included."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from estimator_mnist.checkpoints import latest_step, read_eval_results
+from estimator_mnist.progress import read_progress
+from tests.e2e.simulated_hosts import require_namespaces
+from tests.e2e.slurm_cluster import PACKAGES, SlurmCluster
+from tests.helpers import REPO
+from tests.system_packages import require_debian_packages
+
+JOB_YAML = """
+cluster: {{chief: ["localhost:2222"], worker: ["localhost:2223"], evaluator: localhost}}
+strategy: multi_worker_mirrored
+training: {{batch_size_per_replica: 32, max_steps: {steps}, save_checkpoints_steps: {save}, log_step_count_steps: 10,
+           preemption_grace_secs: 25}}
+evaluation: {{throttle_secs: 0, start_delay_secs: 0}}
+tasks: {{all: {{step_delay_ms: {delay}}}}}
+restart: {{max_restarts: 2}}
+"""
+WAIT_SECS = 300
+GRACE_SECS = 25  # training.preemption_grace_secs in JOB_YAML
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    require_namespaces()
+    require_debian_packages(*PACKAGES)
+    cluster = SlurmCluster(f"s{os.getpid() % 100000}{uuid.uuid4().hex[:3]}")
+    yield cluster
+    cluster.close()
+
+
+def submit(slurm, tmp_path, mnist_data_dir, steps=30, save=10, delay=0, wait=True):
+    """Writes the YAML and the script, submits it; (job id, sbatch's process or result)."""
+    yaml_file = tmp_path / "job.yaml"
+    yaml_file.write_text(JOB_YAML.format(steps=steps, save=save, delay=delay))
+    script = subprocess.run([sys.executable, "-m", "estimator_mnist", "slurm", "--cluster", str(yaml_file),
+                             "--nodes", "2", "--job-name", "em-test", "--data-dir", mnist_data_dir,
+                             "--model-dir", str(tmp_path / "model"), "--run-dir", str(tmp_path / "run"),
+                             "--", f"--output={tmp_path / 'job.out'}"],
+                            capture_output=True, text=True, check=True, cwd=REPO).stdout
+    (tmp_path / "job.sh").write_text(script)
+    command = ["sbatch", "--parsable", *(["--wait"] if wait else []), str(tmp_path / "job.sh")]
+    if wait:
+        result = slurm.run(command, check=False, timeout=WAIT_SECS, cwd=tmp_path)
+        return result.stdout.strip().split(";")[0], result
+    result = slurm.run(command, cwd=tmp_path)
+    return result.stdout.strip().split(";")[0], None
+
+
+def head_and_tail(text):
+    return text if len(text) < 5000 else f"{text[:1500]}\n[...]\n{text[-2500:]}"
+
+
+def job_output(slurm, tmp_path, whole=False):
+    """The job's output file and every task's log (for a failure message: their heads and tails)."""
+    cut = (lambda text: text) if whole else head_and_tail
+    logs = sorted((tmp_path / "run" / "logs").glob("slurm-*/*"))
+    text = "\n".join(f"--- {p.name}\n{cut(p.read_text(errors='replace'))}" for p in logs)
+    out = tmp_path / "job.out"
+    return f"--- job.out\n{out.read_text(errors='replace') if out.exists() else ''}\n{text}"
+
+
+def wait_for(predicate, timeout, what, details):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    pytest.fail(f"{what} did not happen within {timeout} s:\n{details()}")
+
+
+def finished(slurm, job_id):
+    state = slurm.job(job_id)
+    return state.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+
+
+def test_the_script_trains_evaluates_and_exports_on_two_nodes(slurm, tmp_path, mnist_data_dir):
+    job_id, result = submit(slurm, tmp_path, mnist_data_dir)
+    output = job_output(slurm, tmp_path, whole=True)
+    assert result.returncode == 0, f"{result.stderr}\n{output}"
+    job = slurm.job(job_id)
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", job
+    evaluations = read_eval_results(str(tmp_path / "model"))
+    assert evaluations and evaluations[-1]["final"] and evaluations[-1]["global_step"] >= 30, output
+    assert os.path.isdir(evaluations[-1]["export"]), output
+    # The chief and the worker on different nodes, the evaluator beside the chief.
+    assert re.search(r"this is chief:0 \(rank 0 on n1\)", output) and "this is worker:0 (rank 2 on n2)" in output
+    assert "evaluation of step" in output and "done: the step's tasks all exited 0" in output
+    assert not slurm.processes_left(str(tmp_path))
+    summary = subprocess.run([sys.executable, "-m", "estimator_mnist", "summary", str(tmp_path / "run")],
+                             capture_output=True, text=True, cwd=REPO)
+    assert summary.returncode == 0 and "accuracy" in summary.stdout, summary.stdout + summary.stderr
+
+
+def wait_for_training(slurm, tmp_path, past_step):
+    def training():
+        steps = [r.get("global_step") or 0 for r in read_progress(str(tmp_path / "run")).values()]
+        return steps and max(steps) >= past_step
+
+    wait_for(training, WAIT_SECS, f"training past step {past_step}", lambda: job_output(slurm, tmp_path))
+
+
+def test_scancel_term_reruns_the_step_and_a_signalled_batch_shell_requeues_the_job(slurm, tmp_path,
+                                                                                   mnist_data_dir):
+    """Both in one job, to keep the tier short: a job of 80 slowed steps."""
+    job_id, _ = submit(slurm, tmp_path, mnist_data_dir, steps=80, save=80, delay=150, wait=False)
+    model_dir = str(tmp_path / "model")
+    wait_for_training(slurm, tmp_path, 10)
+    # 1. SIGTERM to the step's tasks: every trainer stops at one saved step with 200, the script reruns the step.
+    signalled = time.monotonic()
+    slurm.run(["scancel", "--signal=TERM", job_id])
+    wait_for(lambda: "restart 1/2" in job_output(slurm, tmp_path), GRACE_SECS, "the step's end within the grace",
+             lambda: job_output(slurm, tmp_path))
+    stopped_in, first_stop = time.monotonic() - signalled, latest_step(model_dir)
+    first_step = (tmp_path / "run" / "logs" / f"slurm-{job_id}" / "srun-0.0.err").read_text()
+    assert "task 0: Exited with exit code 200" in first_step and "task 2: Exited with exit code 200" in first_step
+    assert stopped_in < GRACE_SECS and first_stop and first_stop < 80, (stopped_in, first_stop)
+    # 2. SIGTERM to the batch shell (preemption, a time limit): the step stops again, the job is requeued.
+    wait_for_training(slurm, tmp_path, first_stop + 5)
+    slurm.run(["scancel", "--batch", "--signal=TERM", job_id])
+    wait_for(lambda: slurm.job(job_id).get("Restarts", "0") != "0", 90, "the requeue",
+             lambda: job_output(slurm, tmp_path))
+    second_stop = latest_step(model_dir)
+    wait_for(lambda: finished(slurm, job_id), WAIT_SECS, "the requeued job's end", lambda: job_output(slurm, tmp_path))
+    output = job_output(slurm, tmp_path, whole=True)
+    assert slurm.job(job_id)["JobState"] == "COMPLETED", output[-20000:]
+    assert "requeueing the job" in output and "requeued 1 times" in output, output[-20000:]
+    assert first_stop < second_stop < 80, (first_stop, second_stop)
+    for stop in (first_stop, second_stop):  # each stop saved its step, and the next run restored it
+        assert f"chief:0 preempted: stopped at step {stop}," in output, output[-20000:]
+        assert f"Restoring parameters from {model_dir}/model.ckpt-{stop}" in output, output[-20000:]
+    evaluations = read_eval_results(model_dir)
+    assert evaluations and evaluations[-1]["global_step"] >= 80 and evaluations[-1]["final"], output[-20000:]
+    assert not slurm.processes_left(str(tmp_path))
+
+
+def test_a_step_whose_task_count_differs_from_the_yaml_s_is_one_line_and_exit_2(slurm, tmp_path):
+    yaml_file = tmp_path / "job.yaml"
+    yaml_file.write_text(JOB_YAML.format(steps=10, save=10, delay=0))
+    result = slurm.run(["srun", "--nodes=2", "--ntasks=2", sys.executable, "-m", "estimator_mnist", "train",
+                        "--cluster", str(yaml_file), "--run-dir", str(tmp_path / "run")], check=False, cwd=REPO)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("estimator-mnist: error:")]
+    assert result.returncode == 2, result.stderr
+    assert lines and all("the cluster has 3 tasks (chief:0, evaluator:0, worker:0) but the Slurm step has 2" in line
+                         for line in lines), result.stderr
+    assert not slurm.processes_left(str(tmp_path))

@@ -1,0 +1,106 @@
+"""The batch script's exit contract, run by bash with stand-ins for srun, scancel and scontrol on PATH: 0 ends
+the job, 200 reruns the step within restart.max_restarts, 1 and 2 end the job with that code and one line, and a
+SIGTERM to the batch shell stops the step and requeues the job. The real Slurm runs are in tests/e2e/test_slurm.py."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers import REPO
+
+# srun: prepare-data succeeds; each train step exits with the next code of $FAKE/codes. srun's own status is
+# 143 for a failed step, as with --kill-on-bad-exit (the other tasks are ended by SIGTERM).
+FAKE_SRUN = """#!/bin/bash
+case " $* " in *" prepare-data "*) exit 0 ;; esac
+n=$(wc -l < "$FAKE/steps")
+echo step >> "$FAKE/steps"
+code=$(sed -n "$((n + 1))p" "$FAKE/codes")
+if [ "$code" = wait ]; then trap 'echo "srun: error: n1: task 0: Exited with exit code 200" >&2; exit 143' TERM
+  echo $$ > "$FAKE/running"; while :; do sleep 0.1; done; fi
+[ "$code" = 0 ] && exit 0
+echo "srun: error: n2: task 2: Exited with exit code $code" >&2
+echo "srun: error: n1: tasks 0-1: Terminated" >&2
+exit 143
+"""
+FAKE_SCANCEL = '#!/bin/bash\necho "scancel $*" >> "$FAKE/calls"\n'
+FAKE_SCONTROL = '#!/bin/bash\necho "scontrol $*" >> "$FAKE/calls"\n'
+
+
+@pytest.fixture
+def fake(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL), ("scancel", FAKE_SCANCEL)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "steps").write_text("")
+    script = subprocess.run([sys.executable, "-m", "estimator_mnist", "slurm", "--cluster", "config/local.yaml",
+                             "--set", "restart.max_restarts=2", "--run-dir", str(tmp_path / "run"),
+                             "--model-dir", str(tmp_path / "model")],
+                            capture_output=True, text=True, check=True, cwd=REPO).stdout
+    (tmp_path / "job.sh").write_text(script)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE": str(tmp_path), "SLURM_JOB_ID": "77",
+           "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "n[1-2]"}
+    return tmp_path, env
+
+
+def run_script(fake, codes, timeout=60):
+    tmp_path, env = fake
+    (tmp_path / "codes").write_text("\n".join(codes) + "\n")
+    return subprocess.run(["bash", str(tmp_path / "job.sh")], capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=tmp_path)
+
+
+def steps_run(fake):
+    return len((fake[0] / "steps").read_text().splitlines())
+
+
+def test_success_ends_the_job_with_0(fake):
+    result = run_script(fake, ["0"])
+    assert result.returncode == 0 and "done: the step's tasks all exited 0" in result.stdout, result.stdout
+    assert steps_run(fake) == 1
+
+
+def test_a_retryable_exit_reruns_the_step(fake):
+    result = run_script(fake, ["200", "0"])
+    assert result.returncode == 0 and "the step exited 200 (retryable): restart 1/2" in result.stdout
+    assert steps_run(fake) == 2
+
+
+def test_the_restart_budget_runs_out_with_exit_1(fake):
+    result = run_script(fake, ["200", "200", "200", "0"])
+    assert result.returncode == 1 and steps_run(fake) == 3
+    assert "after 2 restarts (restart.max_restarts=2); giving up" in result.stdout
+
+
+@pytest.mark.parametrize("code", ["1", "2"])
+def test_a_permanent_or_usage_failure_ends_the_job_with_its_code(fake, code):
+    result = run_script(fake, [code, "0"])
+    assert result.returncode == int(code) and steps_run(fake) == 1
+    assert f"estimator-mnist: error: a task exited {code}; the job ends with it" in result.stdout
+
+
+def test_a_signalled_batch_shell_stops_the_step_and_requeues(fake):
+    tmp_path, env = fake
+    (tmp_path / "codes").write_text("wait\n0\n")
+    proc = subprocess.Popen(["bash", str(tmp_path / "job.sh")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=tmp_path, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "running").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)  # to the batch shell only, as --signal=B:TERM and scancel --batch do
+        time.sleep(0.5)
+        # The stand-in scancel only records; end the step as Slurm would, with SIGTERM to its tasks.
+        os.kill(int((tmp_path / "running").read_text()), signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    calls = (tmp_path / "calls").read_text()
+    assert "scancel --signal=TERM 77" in calls and "scontrol requeue 77" in calls
+    assert proc.returncode == 0 and "requeueing the job" in out and steps_run(fake) == 1
