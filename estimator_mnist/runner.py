@@ -15,6 +15,7 @@ import os
 import tensorflow as tf
 
 from . import checkpoints
+from .checkpoint_repair import fall_back_to_intact
 from .config import PS_STRATEGIES, Config, TaskId
 from .data import input_fn
 from .errors import RETRYABLE_NOTE, RetryableFailure
@@ -177,6 +178,8 @@ def lost_cluster(plan: TaskPlan, exc: Exception) -> RetryableFailure:
 def run_task(config: Config, plan: TaskPlan, priority: str = "unchanged", ready_fd=None) -> int:
     """Runs the planned task until training (or evaluation) ends. The plan is already applied."""
     task = plan.task
+    if task.type != "ps":  # every task that restores agrees on the checkpoint, before TensorFlow reads it
+        fall_back_to_intact(config.model_dir, log)
     finished_step = checkpoints.latest_step(config.model_dir)
     if not task.is_evaluator and finished_step is not None and finished_step >= config.training.max_steps:
         # Starting a server here would leave the peers waiting for a chief that skips training (and a ps
