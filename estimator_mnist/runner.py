@@ -18,6 +18,7 @@ from . import checkpoints
 from .checkpoint_repair import fall_back_to_intact
 from .config import PS_STRATEGIES, Config, TaskId
 from .data import input_fn
+from .disk_full import disk_full_failure, is_disk_full
 from .errors import RETRYABLE_NOTE, RetryableFailure
 from .evaluator import exporter
 from .hooks import ProgressHook, ReadyHook, ThroughputSummaryHook, VariablePlacementHook, log
@@ -212,5 +213,9 @@ def run_task(config: Config, plan: TaskPlan, priority: str = "unchanged", ready_
             run_trainer(config, plan, estimator, train_spec, eval_spec, preemption)
     except TRANSIENT_ERRORS as exc:
         raise lost_cluster(plan, exc) from None
+    except (tf.errors.ResourceExhaustedError, OSError) as exc:
+        if is_disk_full(exc):  # a full disk while saving or exporting: exit 1 (disk_full.py says why)
+            raise disk_full_failure(str(task), config.model_dir, exc) from None
+        raise
     log(f"task {task} finished")
     return 0
