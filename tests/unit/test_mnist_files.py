@@ -51,6 +51,14 @@ def test_corrupt_gzip_is_refused(tmp_path):
         mnist_files.verify_idx_dir(tmp_path)
 
 
+def test_a_damaged_deflate_stream_is_refused_in_one_line(tmp_path):
+    """Found by the fuzzing of predict's files: a gzip header followed by a bad stream raised zlib.error."""
+    small_idx_dir(tmp_path)
+    (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(b"\0" * 100)[:10] + b"\xff" * 40)
+    with pytest.raises(UsageError, match=r"train-images-idx3-ubyte.gz is unreadable \(Error -3 .*invalid block type"):
+        mnist_files.verify_idx_dir(tmp_path)
+
+
 def test_bad_labels_and_content_are_refused(tmp_path):
     small_idx_dir(tmp_path)
     for name in mnist_files.MNIST_FILES:  # copy nothing real: build right-sized fakes
