@@ -14,7 +14,7 @@ exclusive lock on `model_dir/.checkpoint-check.lock`: the first task moves the
 damaged files aside and rewrites the state file, and the tasks after it find
 the newest listed checkpoint intact and agree on it. The check reads the
 newest listed checkpoint whole with TensorFlow's own reader, which checks each
-tensor's checksum (about 20 MB here; tens of milliseconds).
+tensor's checksum.
 
 A damaged checkpoint is moved, never deleted, into `model_dir/damaged/`.
 """

