@@ -19,7 +19,7 @@ from .checkpoint_repair import fall_back_to_intact
 from .config import PS_STRATEGIES, Config, TaskId
 from .data import input_fn
 from .disk_full import disk_full_failure, is_disk_full
-from .errors import RETRYABLE_NOTE, RetryableFailure
+from .errors import RETRYABLE_EXIT_CODE, RETRYABLE_NOTE, RetryableFailure
 from .evaluator import exporter
 from .hooks import ProgressHook, ReadyHook, ThroughputSummaryHook, VariablePlacementHook, log
 from .model import model_fn
@@ -29,8 +29,9 @@ from .progress import ProgressWriter, fresh_rates, progress_path
 from .roles import DoneSignalHook, finish_training, run_evaluator, run_ps, run_trainer
 from .strategy import build_train_strategy, configure_devices, gpu_capabilities, session_config
 from .task_plan import TaskPlan, describe, evaluation_precision, resolve_precision
-from .teardown import TeardownWatchdogHook
-from .tf_workarounds import bound_session_recreation, lean_checkpoint_start, lean_events_graph
+from .teardown import TeardownWatchdogHook, exit_now
+from .tf_workarounds import (bound_close_after_an_error, bound_session_recreation, lean_checkpoint_start,
+                             lean_events_graph)
 
 # TensorFlow's errors for a peer that is gone or unreachable, or a wait that timed out: a restart can cure them.
 TRANSIENT_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError)
@@ -193,6 +194,8 @@ def run_task(config: Config, plan: TaskPlan, priority: str = "unchanged", ready_
     preemption = Preemption(str(task), config.training.preemption_grace_secs, graceful=task.is_trainer)
     preemption.install()
     bound_session_recreation(config.training.session_creation_timeout_secs)
+    bound_close_after_an_error(config.training.teardown_timeout_secs, TRANSIENT_ERRORS,
+                               lambda exc: exit_now(f"error: {lost_cluster(plan, exc)}", RETRYABLE_EXIT_CODE))
     try:
         configure_devices(plan)
         precision = resolve_precision(plan, gpu_capabilities())
