@@ -36,7 +36,8 @@ def _kill_the_chief_once_a_checkpoint_is_listed(tmp_path, model_dir: Path, step:
 
 def test_a_truncated_newest_checkpoint_resumes_from_the_previous_one(tmp_path, mnist_data_dir):
     model_dir = tmp_path / "run" / "model"
-    fields = dict(steps=80, save=20, data_dir=mnist_data_dir)
+    # Killed at checkpoint 40 or a little later: far enough from max_steps that the kill comes before the end.
+    fields = dict(steps=120, save=20, data_dir=mnist_data_dir)
     _kill_the_chief_once_a_checkpoint_is_listed(tmp_path, model_dir, 40, **fields)
     newest = checkpoints.latest_checkpoint(str(model_dir))
     listed = [str(model_dir / path) for path in  # relative to model_dir, as Estimator writes them
@@ -48,7 +49,7 @@ def test_a_truncated_newest_checkpoint_resumes_from_the_previous_one(tmp_path, m
 
     code, out, summary = launch_cluster(tmp_path, CLUSTER_YAML, 2, **fields)
     assert code == 0, out
-    assert re.search(r"finished: accuracy=[\d.]+ global_step=80 ", out), out
+    assert re.search(r"finished: accuracy=[\d.]+ global_step=120 ", out), out
     for task in ("worker:0", "worker:1"):  # both restore from the shared model_dir: they must agree
         log = Path(summary["tasks"][task]["log"]).read_text(errors="replace")
         assert f"Restoring parameters from {previous}\n" in log, log[-3000:]
@@ -57,7 +58,7 @@ def test_a_truncated_newest_checkpoint_resumes_from_the_previous_one(tmp_path, m
     assert f"checkpoint {newest} is damaged (" in line and f"training resumes from {previous}" in line
     kept = model_dir / "damaged"
     assert (kept / data.name).stat().st_size == truncated  # kept aside as it was, for a look
-    assert json.loads((model_dir / "eval_results.jsonl").read_text().splitlines()[-1])["global_step"] == 80
+    assert json.loads((model_dir / "eval_results.jsonl").read_text().splitlines()[-1])["global_step"] == 120
     assert not pids_alive(summary["all_pids"])
 
 
@@ -73,10 +74,12 @@ data_dir: {data_dir}
 
 @pytest.fixture
 def small_filesystem(tmp_path):
-    """A 64 MB tmpfs of this test's own (root only): a real file system that fills, not the machine's disk."""
+    """A 160 MB tmpfs of this test's own (root only): a real file system that fills, not the machine's disk.
+
+    Big enough for a checkpoint, an export and the space the test leaves free after filling it."""
     mount_point = tmp_path / f"fs-{os.getpid()}"
     mount_point.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount_point)],
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160m", "tmpfs", str(mount_point)],
                             capture_output=True, text=True) if shutil.which("mount") else None
     if result is None or result.returncode != 0:
         reason = f"mounting a tmpfs needs root and mount(8): {result.stderr.strip() if result else 'no mount'}"
@@ -126,6 +129,7 @@ def test_a_full_disk_during_a_checkpoint_or_an_export_keeps_the_earlier_ones(tmp
     _leave_free(small_filesystem, checkpoint_size + (1 << 20) + export_size // 2)  # the export does not fit
     third = _train(path, model_dir, 20)
     lines = [line for line in third.stderr.splitlines() if "no space left on device" in line]
+    print(f"checkpoint {checkpoint_size} bytes, export {export_size} bytes; {lines}")
     assert third.returncode == 1 and len(lines) == 1, third.stderr[-3000:]
     assert f"writing an export in {model_dir}/export/latest: it needs about " in lines[0]
     assert verify_checkpoint(str(model_dir / "model.ckpt-20")) is None
