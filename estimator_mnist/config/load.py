@@ -18,17 +18,21 @@ from .schema import SECTIONS, TOP_LEVEL_KEYS, Config, default_data_dir
 from .values import ERR_MISSING_KEY, ERR_TYPE, as_mapping, check_keys, parse_section
 
 ERR_UNREADABLE = "{file}: cannot read the cluster file ({reason}); pass an existing YAML file with --cluster"
+ERR_PATH = "{file}: {key} {path!r} cannot be used as a path ({reason}); choose another"
 ERR_NOT_YAML = "{file}: not valid YAML ({reason}); fix the syntax at the place named"
 
 
 def _resolve_path(value, file, key, default) -> str:
     if value is None:
         value = default
-    if not isinstance(value, str) or not value:
+    if not isinstance(value, str) or not value or "\x00" in value:  # no file name holds a NUL
         raise UsageError(ERR_TYPE.format(file=file, key=key, expected="a path", got=value))
     # Relative paths are taken from the directory the command runs in, so that
     # the launcher and the tasks it starts (same cwd) agree on them.
-    return str(Path(os.path.expanduser(value)).resolve())
+    try:
+        return str(Path(os.path.expanduser(value)).resolve())
+    except (OSError, RuntimeError) as exc:  # a symlink loop (RuntimeError before Python 3.13), a name too long
+        raise UsageError(ERR_PATH.format(file=file, key=key, path=value, reason=exc)) from None
 
 
 def config_from_dict(data, source: str, label: Optional[str] = None) -> Config:

@@ -7,6 +7,7 @@ Every problem is a `UsageError` whose one-line message names the file (or the
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Mapping
 
@@ -22,6 +23,9 @@ ERR_MISSING_KEY = "{file}: missing required key '{key}'; add it ({hint})"
 ERR_TYPE = "{file}: {key} must be {expected}, got {got!r}"
 ERR_CHOICE = "{file}: {key} must be one of {choices}, got {got!r}"
 ERR_RANGE = "{file}: {key} must be {bound}, got {got!r}"
+# TensorFlow holds steps, sizes and timeouts in int64: a larger whole number would pass here and fail at run time.
+INT64_MAX = 2 ** 63 - 1
+WHOLE_NUMBER = "a whole number (at most 2**63 - 1 in size)"
 
 # YAML 1.1 (PyYAML) reads 1e-3 as a string; YAML 1.2 and every user read it as a number.
 _FLOAT_TEXT = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
@@ -51,12 +55,19 @@ def _typed(file, key, value, kind):
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise UsageError(ERR_TYPE.format(file=file, key=key, expected="a whole number", got=value))
+        if abs(value) > INT64_MAX:
+            raise UsageError(ERR_TYPE.format(file=file, key=key, expected=WHOLE_NUMBER, got=value))
     elif kind is float:
         if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
             value = float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise UsageError(ERR_TYPE.format(file=file, key=key, expected="a number", got=value))
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:  # a whole number past 1e308; 1e400 written as a float is already inf
+            value = math.inf
+        if not math.isfinite(value):  # inf passed `positive` and trained on NaN; nan is no number either
+            raise UsageError(ERR_TYPE.format(file=file, key=key, expected="a finite number", got=value))
     elif kind is bool:
         if not isinstance(value, bool):
             raise UsageError(ERR_TYPE.format(file=file, key=key, expected="true or false", got=value))
@@ -109,7 +120,7 @@ def share(v):
 
 
 def _whole(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    return isinstance(v, int) and not isinstance(v, bool) and abs(v) <= INT64_MAX
 
 
 def nice(v):

@@ -10,3 +10,14 @@ def test_task_and_cluster_give_the_yaml_task(tmp_path):
                                           "--run-dir", str(tmp_path)])
     config, task, tf_config, _, _, _ = commands._config_and_task(args)
     assert task == TaskId("worker", 0) and tf_config is None and config.run_dir == str(tmp_path)
+
+
+def test_argparse_s_own_errors_are_one_line_too(capsys):
+    """Found by the fuzzing of --set values: `--set -a=1` printed argparse's usage block before its error."""
+    assert cli.main(["validate", "--cluster", "config/local.yaml", "--set", "-a=1"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "estimator-mnist: error: estimator-mnist validate: argument --set: expected one argument; "
+        "see 'estimator-mnist validate --help'"]
+    assert cli.main(["no-such-command"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("estimator-mnist: error: estimator-mnist: argument COMMAND: invalid choice: 'no-such-command'")

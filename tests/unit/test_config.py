@@ -62,6 +62,12 @@ EXPECTED = {
     "dropout_one.yaml": r"model\.dropout must be in \[0, 1\), got 1\.0",
     "precision_typo.yaml": r"model\.precision must be one of auto, float32, mixed_bfloat16, mixed_float16, got 'bf16'",
     "evaluator_nice_out_of_range.yaml": r"evaluation\.nice must be 'idle' or a whole number between 0 and 19, got 25",
+    # Found by tests/unit/test_fuzzed_input.py, each its minimal example: a traceback, or a value TensorFlow rejects.
+    "learning_rate_past_float.yaml": r"model\.learning_rate must be a finite number, got inf",
+    "learning_rate_inf.yaml": r"model\.learning_rate must be a finite number, got inf",
+    "max_steps_past_int64.yaml": r"training\.max_steps must be a whole number \(at most 2\*\*63 - 1 in size\), got 9223372036854775808",
+    "run_dir_nul.yaml": r"run_dir must be a path, got 'runs/a\\x00b'",
+    "threads_past_int64.yaml": r"tasks\.all\.intra_op_threads must be 'auto' or a whole number",
 }
 
 
@@ -165,3 +171,10 @@ def test_a_float_in_exponent_notation_is_a_number(write_yaml):
     """YAML 1.1 (PyYAML) reads 1e-3 as a string; the config reads it as the number every user means."""
     config = load_config(write_yaml("cluster: {chief: ['localhost:2222']}\nmodel: {learning_rate: 1e-3}\n"))
     assert config.model.learning_rate == 0.001
+
+
+def test_a_path_that_cannot_be_resolved_is_one_line(write_yaml, tmp_path):
+    """Found by the fuzzing: a symlink loop made Path.resolve raise RuntimeError, a traceback."""
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(UsageError, match=r"model_dir '.*loop/model' cannot be used as a path \(.*\); choose another"):
+        load_config(write_yaml(f"cluster: {{chief: ['localhost:2222']}}\nmodel_dir: {tmp_path}/loop/model\n"))

@@ -142,3 +142,42 @@ def test_session_recreation_gives_up_after_the_timeout():
     with pytest.raises(tf.errors.UnavailableError):
         monitored_session._RecoverableSession(PeerGone())
     assert 0.3 <= time.monotonic() - started < 10 and PeerGone.calls >= 2
+
+
+def test_a_close_that_hangs_after_a_lost_peer_is_bounded(monkeypatch):
+    """After DeadlineExceeded from a lost ps, MonitoredSession's exit hung in the session's close (TF 2.15)."""
+    import threading
+
+    import tensorflow as tf
+    from tensorflow.python.training import monitored_session
+
+    from estimator_mnist.tf_workarounds import bound_close_after_an_error
+
+    session_class = monitored_session._MonitoredSession
+    monkeypatch.setattr(session_class, "__exit__", session_class.__exit__)  # the test's bound ends with it
+
+    released, reported = threading.Event(), []
+
+    class LostPs(tf.compat.v1.train.SessionRunHook):
+        def after_run(self, run_context, run_values):
+            raise tf.errors.DeadlineExceededError(None, None, "Operation timed out")
+
+    class HangingClose(tf.compat.v1.train.SessionCreator):
+        def create_session(self):
+            session = tf.compat.v1.Session()
+            session.close = lambda: released.wait(30)  # GrpcSession::Close waiting for the lost ps
+            return session
+
+    def on_timeout(exc):
+        reported.append(exc)
+        released.set()
+
+    bound_close_after_an_error(0.3, (tf.errors.DeadlineExceededError,), on_timeout)
+    with tf.Graph().as_default():
+        one = tf.constant(1)
+        started = time.monotonic()
+        with pytest.raises(tf.errors.DeadlineExceededError):
+            with tf.compat.v1.train.MonitoredSession(HangingClose(), hooks=[LostPs()]) as session:
+                session.run(one)
+    assert [type(e) for e in reported] == [tf.errors.DeadlineExceededError]
+    assert time.monotonic() - started < 10

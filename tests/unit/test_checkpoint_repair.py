@@ -1,0 +1,137 @@
+"""A damaged newest checkpoint: every restoring task falls back to the newest intact one, and keeps the bad one."""
+
+import os
+import threading
+
+import pytest
+import tensorflow as tf
+
+from estimator_mnist import checkpoint_repair
+from estimator_mnist.checkpoint_repair import fall_back_to_intact, verify_checkpoint
+
+
+def _save_checkpoints(model_dir, steps=(10, 20, 30)):
+    """Checkpoints as Estimator's Saver writes them: model.ckpt-N.{index,data,meta} and the state file."""
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.get_variable("dense/kernel", [300, 100])
+        step = tf.compat.v1.train.get_or_create_global_step()
+        saver = tf.compat.v1.train.Saver(max_to_keep=10)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            for value in steps:
+                session.run(step.assign(value))
+                saver.save(session, os.path.join(model_dir, "model.ckpt"), global_step=step)
+    return [os.path.join(model_dir, f"model.ckpt-{s}") for s in steps]
+
+
+def _truncate(path):
+    os.truncate(path, os.path.getsize(path) // 2)
+
+
+def _flip_a_byte(path):
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    path = tmp_path / "model"
+    path.mkdir()
+    return str(path)
+
+
+@pytest.mark.parametrize("damage, suffix", [
+    (_truncate, ".data-00000-of-00001"),
+    (_flip_a_byte, ".data-00000-of-00001"),
+    (_truncate, ".index"),
+    (_flip_a_byte, ".index"),
+])
+def test_a_damaged_newest_checkpoint_gives_way_to_the_previous_one(model_dir, damage, suffix):
+    paths = _save_checkpoints(model_dir)
+    damage(paths[-1] + suffix)
+    lines = []
+    assert fall_back_to_intact(model_dir, lines.append) == paths[1]
+    assert tf.train.latest_checkpoint(model_dir) == paths[1]  # what Estimator restores
+    state = tf.train.get_checkpoint_state(model_dir)
+    assert list(state.all_model_checkpoint_paths) == paths[:2]
+    assert len(lines) == 1 and "\n" not in lines[0]
+    assert lines[0].startswith(f"checkpoint {paths[-1]} is damaged (")
+    assert f"training resumes from {paths[1]}" in lines[0]
+    kept = os.path.join(model_dir, "damaged")
+    assert sorted(os.listdir(kept)) == ["model.ckpt-30.data-00000-of-00001", "model.ckpt-30.index",
+                                        "model.ckpt-30.meta"]
+    assert not any(name.startswith("model.ckpt-30.") for name in os.listdir(model_dir))
+
+
+def test_intact_checkpoints_are_left_alone(model_dir):
+    paths = _save_checkpoints(model_dir)
+    before = open(os.path.join(model_dir, "checkpoint")).read()
+    lines = []
+    assert fall_back_to_intact(model_dir, lines.append) == paths[-1]
+    assert lines == [] and open(os.path.join(model_dir, "checkpoint")).read() == before
+    assert not os.path.exists(os.path.join(model_dir, "damaged"))
+
+
+def test_no_checkpoint_at_all_is_nothing_to_do(model_dir, tmp_path):
+    assert fall_back_to_intact(model_dir, print) is None
+    assert fall_back_to_intact(str(tmp_path / "not-yet"), print) is None
+
+
+def test_every_checkpoint_damaged_starts_again_from_step_0(model_dir):
+    for path in _save_checkpoints(model_dir, steps=(10, 20)):
+        _truncate(path + ".data-00000-of-00001")
+    lines = []
+    assert fall_back_to_intact(model_dir, lines.append) is None
+    assert len(lines) == 2 and all(checkpoint_repair.MSG_NONE_LEFT in line for line in lines)
+    assert tf.train.latest_checkpoint(model_dir) is None
+    assert len(os.listdir(os.path.join(model_dir, "damaged"))) == 6
+
+
+def test_an_unreadable_state_file_is_rebuilt_from_the_files(model_dir):
+    paths = _save_checkpoints(model_dir)
+    with open(os.path.join(model_dir, "checkpoint"), "w") as handle:
+        handle.write('model_checkpoint_path: "model.ckpt-3')  # cut short by a full disk
+    lines = []
+    assert fall_back_to_intact(model_dir, lines.append) == paths[-1]
+    assert len(lines) == 1 and "is unreadable" in lines[0]
+    assert tf.train.latest_checkpoint(model_dir) == paths[-1]
+
+
+def test_a_second_damage_of_the_same_step_is_kept_beside_the_first(model_dir):
+    for _ in range(2):
+        paths = _save_checkpoints(model_dir)
+        _truncate(paths[-1] + ".index")
+        assert fall_back_to_intact(model_dir, lambda line: None) == paths[1]
+    kept = os.path.join(model_dir, "damaged")
+    assert "model.ckpt-30.index" in os.listdir(kept)
+    numbered = [name for name in os.listdir(kept) if os.path.isdir(os.path.join(kept, name))]
+    assert len(numbered) == 1 and "model.ckpt-30.index" in os.listdir(os.path.join(kept, numbered[0]))
+
+
+def test_tasks_starting_together_agree_and_move_the_files_once(model_dir):
+    paths = _save_checkpoints(model_dir)
+    _truncate(paths[-1] + ".data-00000-of-00001")
+    results, lines = [], []
+    barrier = threading.Barrier(4)
+
+    def task():
+        barrier.wait()
+        results.append(fall_back_to_intact(model_dir, lines.append))
+
+    threads = [threading.Thread(target=task) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [paths[1]] * 4
+    assert len(lines) == 1  # the first task repaired; the others found the state already right
+
+
+def test_verify_names_what_is_wrong(model_dir):
+    paths = _save_checkpoints(model_dir, steps=(10,))
+    assert verify_checkpoint(paths[0]) is None
+    _truncate(paths[0] + ".data-00000-of-00001")
+    assert "Read less bytes than requested" in verify_checkpoint(paths[0])
+    assert verify_checkpoint(os.path.join(model_dir, "model.ckpt-99")) is not None
