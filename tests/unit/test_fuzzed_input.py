@@ -211,7 +211,7 @@ def train_input(tf_config: str, cluster=None, sets=()) -> bool:
     os.environ["TF_CONFIG"] = tf_config
     try:
         def validate():
-            config, task, tf_config_out, operator, _ = commands._config_and_task(args)
+            config, task, tf_config_out, operator, _, _ = commands._config_and_task(args)
             plan_task(config, task, tf_config_out, cpu_set=(0, 1), gpus_from_pod=operator)
 
         return accepted_or_one_line(validate)
