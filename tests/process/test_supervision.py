@@ -80,17 +80,23 @@ def test_without_evaluator_the_run_finishes_with_no_accuracy(tmp_path):
     assert out.strip().splitlines()[-1] == "finished: accuracy=none global_step=100 export=none"
 
 
-def test_ctrl_c_stops_every_task(tmp_path):
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "launch_driver.py"), str(tmp_path / "run")],
-                            stdout=subprocess.PIPE, text=True)
+def signal_driver(tmp_path, sig, ready, behaviour="hang_ignoring_sigterm"):
+    """Runs launch_driver.py, sends `sig` once `ready()` holds (or after 30 s): (exit code, output)."""
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "launch_driver.py"), str(tmp_path / "run"),
+                             behaviour], stdout=subprocess.PIPE, text=True)
     deadline = time.time() + 30
-    log_dir = tmp_path / "run" / "logs"
-    while time.time() < deadline and len(list(log_dir.glob("*/*.log"))) < 2:
+    while time.time() < deadline and not ready():
         time.sleep(0.2)
     time.sleep(1)
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 130, out
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=60)
+    return proc.returncode, out
+
+
+def test_ctrl_c_stops_every_task(tmp_path):
+    code, out = signal_driver(tmp_path, signal.SIGINT,
+                              lambda: len(list((tmp_path / "run" / "logs").glob("*/*.log"))) >= 2)
+    assert code == 130, out
     assert "failed: interrupted by SIGINT" in out
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
     assert not pids_alive([t["pid"] for t in summary["tasks"].values()])
@@ -98,15 +104,9 @@ def test_ctrl_c_stops_every_task(tmp_path):
 
 def test_a_sigterm_after_the_run_s_work_is_saved_exits_0(tmp_path):
     """The stop came once the final checkpoint was on disk (no evaluator): nothing was lost, so 0, not 200."""
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "launch_driver.py"), str(tmp_path / "run"),
-                             "save_then_hang"], stdout=subprocess.PIPE, text=True)
-    deadline = time.time() + 30
-    while time.time() < deadline and not (tmp_path / "run" / "model" / "checkpoint").exists():
-        time.sleep(0.2)
-    time.sleep(0.5)
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0, out
+    code, out = signal_driver(tmp_path, signal.SIGTERM, (tmp_path / "run" / "model" / "checkpoint").exists,
+                              behaviour="save_then_hang")
+    assert code == 0, out
     assert "note: stopped by SIGTERM (preempted) after the run's work was saved" in out
     assert out.strip().splitlines()[-1].startswith("finished:")
 
