@@ -147,8 +147,8 @@ class Supervisor:
             return
         extra = "" if self.monitor.started_since(self.group_started) else \
             " + training.session_creation_timeout_secs, while starting"
-        stopped = [str(p.task) for p in self.group.running() if p.is_stopped_by_signal()]
-        culprit = f"; stopped by a signal: {', '.join(stopped)}" if stopped else ""
+        stopped = [p.task for p in self.group.running() if p.is_stopped_by_signal()]
+        culprit = f"; stopped by a signal: {', '.join(map(str, stopped))}" if stopped else ""
         raise TaskFailure(f"no task made progress for {limit:.0f} s (launcher.stall_timeout_secs{extra}; last step: "
-                          f"{self.monitor.step}{culprit}); logs in {self.group.log_dir}", None,
+                          f"{self.monitor.step}{culprit}); logs in {self.group.log_dir}", stopped[0] if stopped else None,
                           f"stalled for {limit:.0f} s{culprit}")
