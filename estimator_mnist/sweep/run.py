@@ -18,8 +18,6 @@ from .table import SweepConsole
 from .trials import command, make_trial
 
 ERR_SWEEP_DIR = "--sweep-dir {dir}: {reason}; give a directory this user can create and write"
-ERR_MIXED_SPLITS = ("data.validation_examples: some trials hold out a validation split and some do not ({values}); "
-                    "the sweep ranks every trial on one figure, so give every trial a split (values above 0) or none")
 
 
 def default_sweep_dir(cluster_file: str) -> Path:
@@ -39,9 +37,6 @@ def build_plan(cluster_file: str, param_texts: Sequence[str], samples: Optional[
     directory = Path(os.path.abspath(sweep_dir or default_sweep_dir(cluster_file)))
     trials = [make_trial(records.trial_name(i), v, directory, base_data, base_config.data_dir)
               for i, v in enumerate(values)]
-    held_out = sorted({t.validation_examples for t in trials})
-    if len({bool(n) for n in held_out}) > 1:
-        raise UsageError(ERR_MIXED_SPLITS.format(values=", ".join(map(str, held_out))))
     ident = records.identity(base_data, [p.text for p in params], samples, seed)
     return SweepPlan(directory, cluster_file, base_data, trials, devices, early_stop, ident, THRESHOLDS)
 

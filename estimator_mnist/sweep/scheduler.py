@@ -49,7 +49,8 @@ class SweepPlan:
 
     @property
     def ranked_by(self) -> str:
-        """What the sweep stops and ranks on: every trial's validation accuracy, or (without splits) its test one."""
+        """What the sweep stops and ranks on: the validation accuracy, or without a split the test one. data.* is
+        not swept (space.py), so every trial holds out the same rows, or none."""
         return trials.chooses_by(self.trials[0])
 
 
