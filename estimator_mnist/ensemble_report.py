@@ -10,9 +10,9 @@ from . import splits
 from .ensemble_plan import EnsemblePlan
 from .sweep import records
 
-CPU_ONLY = ("every member is on /device:CPU:0: this machine has no GPU, so 'one device per member' is one device, "
-            "the CPU's cores, which the members share in turn; on a machine with a GPU per member each member has "
-            "a GPU of its own and the members compute side by side")
+CPU_ONLY = ("every member is on /device:CPU:0: without GPUs, 'one device per member' is one device, the machine's "
+            "cores, which the members share in turn; on a machine with a GPU per member each member has a GPU of its "
+            "own and the members compute side by side")
 LOGICAL_CPUS = ("the members are on logical CPU devices ({devices}) of one process: TensorFlow cuts them from the "
                 "same cores, so the members still share those cores; only GPUs give each member hardware of its own")
 OWN_GPUS = "each member has a GPU of its own ({devices}): the members compute side by side"

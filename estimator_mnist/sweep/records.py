@@ -23,14 +23,14 @@ from typing import Dict, List, Optional
 from ..errors import UsageError
 from ..files import read_json, write_json_atomic
 from .space import as_overrides
+from .stopping import NAMES
 
 SWEEP_FILE, CSV_FILE, BEST_FILE = "sweep.json", "sweep.csv", "best.yaml"
 DONE_STATES = ("finished", "stopped")  # a re-run skips these; any other state is (re)started, from its checkpoints
 ERR_OTHER_SWEEP = ("{dir}: holds a different sweep (its {what} differ from this command's); give another "
                    "--sweep-dir, or the same --cluster settings, --param, --samples and --seed to resume it")
 ERR_NOT_A_SWEEP = "{dir}: no {file} there; give the --sweep-dir of a sweep (estimator-mnist sweep)"
-# How each figure a sweep can rank by is named to the user.
-RANKED_BY = {"validation_accuracy": "validation accuracy", "accuracy": "test accuracy"}
+RANKED_BY = NAMES  # how each figure a sweep can rank by is named to the user
 ERR_TOP = ("--top {top}: the sweep in {dir} has {count} finished trial(s){which}; use --top {count} or less"
            "{hint}")
 

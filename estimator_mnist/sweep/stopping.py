@@ -20,6 +20,7 @@ MIN_TRIALS = 3
 RULES = ("none", "median")
 
 History = Sequence[Tuple[int, float]]  # (global step, accuracy), ascending steps
+# The figures a sweep can stop and rank on, as the user reads them (records.py shows them too).
 NAMES = {"validation_accuracy": "validation accuracy", "accuracy": "test accuracy"}
 
 

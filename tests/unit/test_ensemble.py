@@ -90,7 +90,7 @@ def test_members_of_two_networks_on_two_devices_export_as_one_model_of_their_wei
 
 
 def test_the_device_note_says_what_one_device_per_member_means():
-    assert devices_note(["/device:CPU:0"] * 3) == CPU_ONLY and "no GPU" in CPU_ONLY
+    assert devices_note(["/device:CPU:0"] * 3) == CPU_ONLY and "the machine's cores" in CPU_ONLY
     assert "share those cores" in devices_note(["/device:CPU:0", "/device:CPU:1"])
     assert "a GPU of its own" in devices_note(["/device:GPU:0", "/device:GPU:1"])
     assert "share a device" in devices_note(["/device:GPU:0", "/device:GPU:1", "/device:GPU:0"])
