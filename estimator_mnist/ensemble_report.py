@@ -75,8 +75,10 @@ def lines_of(result: dict) -> List[str]:
                      f"  {_text(r['accuracy']):>8}  {values}")
     best, count = result["best_member"], len(rows)
     if result["selection"] == "greedy":
-        how = (f"{len(result['picks'])} picks by greedy selection with replacement (Caruana et al., ICML 2004) among "
-               f"{len(result['candidates'])} finished trials, on the {result['validation_images']:,} validation images")
+        picks = len(result["picks"])
+        how = (f"{picks} pick{'s' if picks > 1 else ''} by greedy selection with replacement (Caruana et al., ICML "
+               f"2004) among {len(result['candidates'])} finished trials, on the {result['validation_images']:,} "
+               "validation images" + ("; no other pick raised the validation accuracy" if picks == 1 else ""))
     else:
         how = f"the {count} best trials by {records.RANKED_BY[result['chosen_on']]} (--top {count}), weight 1 each"
     lines.append(f"ensemble of {count}: {how}")

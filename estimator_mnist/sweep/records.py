@@ -130,7 +130,9 @@ def best_yaml(base_data: dict, base_file: str, best: dict, sweep_dir, batch: int
     header = [f"# {base_file} with the best values of the sweep in {sweep_dir}:",
               f"#   {best['trial']}: {values} (final {figures_text(best, key)})",
               *(["# Chosen on the trials' validation split, held out of their training; the test accuracy is "
-                 "reported, not chosen on."] if key == "validation_accuracy" else
+                 "reported, not chosen on.",
+                 "# This file trains on data.validation_examples as set below (none set: all 60,000 images)."]
+                if key == "validation_accuracy" else
                 ["# Chosen on the TEST accuracy: the trials held out no validation split "
                  "(data.validation_examples: 0), so that figure is optimistic."]),
               "# These values were tuned in ONE process (one trainer, global batch "

@@ -62,6 +62,8 @@ EXPECTED = {
     "dropout_one.yaml": r"model\.dropout must be in \[0, 1\), got 1\.0",
     "precision_typo.yaml": r"model\.precision must be one of auto, float32, mixed_bfloat16, mixed_float16, got 'bf16'",
     "evaluator_nice_out_of_range.yaml": r"evaluation\.nice must be 'idle' or a whole number between 0 and 19, got 25",
+    "validation_split_too_large.yaml": r"data\.validation_examples must be between 0 and 50000 \(MNIST's training set "
+                                       r"has 60,000 images\), got 60000",
 }
 
 

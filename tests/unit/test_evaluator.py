@@ -48,7 +48,7 @@ def test_the_best_exporter_exports_only_a_lower_loss_and_remembers_it_across_res
 
 def test_evaluator_scores_new_checkpoints_and_the_final_one_without_waiting_out_the_throttle(tmp_path):
     config, estimator, train_spec, eval_spec = tiny_estimator(
-        tmp_path, cluster={"chief": ["localhost:1"], "evaluator": "localhost"},
+        tmp_path, cluster={"chief": ["localhost:1"], "evaluator": "localhost"}, data={"validation_examples": 16},
         evaluation={"batch_size": 32, "throttle_secs": 3600, "start_delay_secs": 0})
     estimator.train(train_spec.input_fn, max_steps=2)
     done = threading.Event()
@@ -68,6 +68,7 @@ def test_evaluator_scores_new_checkpoints_and_the_final_one_without_waiting_out_
     records = read_eval_results(config.model_dir)
     assert [r["global_step"] for r in records] == [2, 4]
     assert records[-1]["final"] is True and os.path.isdir(records[-1]["export"])
+    assert all(0 <= r["validation_accuracy"] <= 1 and r["validation_loss"] > 0 for r in records)  # the task scores both
     evaluator.join()
 
 
