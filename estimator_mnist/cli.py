@@ -162,11 +162,12 @@ def _add_sweep_commands(add) -> None:
     p.add_argument("--sweep-dir", metavar="DIR", help="where the trials and results go (default runs/sweep-<name>); "
                                                       "the same command resumes the sweep there")
 
-    p = add("ensemble", commands.cmd_ensemble, "one SavedModel averaging the K best trials of a sweep, each network "
-            "on its own device (in-graph replication); scored on the whole test set")
+    p = add("ensemble", commands.cmd_ensemble, "one SavedModel of a sweep's trials, each network on its own device "
+            "(in-graph replication), chosen on the validation split; scored on it and on the whole test set")
     p.add_argument("--sweep-dir", required=True, metavar="DIR")
-    p.add_argument("--top", type=_positive, default=3, metavar="K", help="members: the K best finished trials "
-                                                                       "(default 3)")
+    p.add_argument("--top", type=_positive, metavar="K",
+                   help="members: the K best finished trials by validation accuracy, weight 1 each (default: greedy "
+                        "selection with replacement over every finished trial, on the validation split)")
     p.add_argument("--devices", metavar="LIST", help="a device per member, e.g. gpu:0,gpu:1,gpu:2 or cpu:0,cpu:1 "
                                                      "(default: a GPU each while there are GPUs, else the CPU)")
 

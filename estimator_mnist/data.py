@@ -12,13 +12,14 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from . import decoded_mnist
+from . import decoded_mnist, splits
 from .data_prep import ERR_NOT_PREPARED
 from .errors import UsageError
 
 IMAGE_KEY = "image"
-TRAIN_SPLIT = "train"
-EVAL_SPLIT = "test"
+TRAIN_SPLIT = splits.TRAIN
+EVAL_SPLIT = splits.TEST
+VALIDATION_SPLIT = splits.VALIDATION
 
 
 def _split_files(split: str, data_dir: str):
@@ -28,22 +29,34 @@ def _split_files(split: str, data_dir: str):
     return tuple(str(path) for path in decoded_mnist.files(data_dir, split))
 
 
-def load_split_numpy(split: str, data_dir: str):
-    """(uint8 images [N,28,28,1], int64 labels [N]) of a prepared split, in TFDS's order, as numpy arrays."""
-    images_file, labels_file = _split_files(split, data_dir)
-    return (np.fromfile(images_file, np.uint8).reshape(-1, 28, 28, 1),
-            np.fromfile(labels_file, np.uint8).astype(np.int64))
+def _rows(split: str, count: int, validation_examples: int, data_dir) -> tuple:
+    if split != splits.TEST:
+        splits.check(count, validation_examples, data_dir)
+    return splits.rows(split, count, validation_examples)
 
 
-def load_split(split: str, data_dir: str) -> tf.data.Dataset:
-    """(uint8 image [28,28,1], int64 label) pairs of a prepared split, in TFDS's order. Never downloads."""
-    images_file, labels_file = _split_files(split, data_dir)
+def load_split_numpy(split: str, data_dir: str, validation_examples: int = 0):
+    """(uint8 images [N,28,28,1], int64 labels [N]) of a prepared split (splits.py), in TFDS's order, as numpy."""
+    images_file, labels_file = _split_files(splits.SOURCE[split], data_dir)
+    images = np.fromfile(images_file, np.uint8).reshape(-1, 28, 28, 1)
+    start, stop = _rows(split, len(images), validation_examples, data_dir)
+    return images[start:stop], np.fromfile(labels_file, np.uint8).astype(np.int64)[start:stop]
+
+
+def load_split(split: str, data_dir: str, validation_examples: int = 0) -> tf.data.Dataset:
+    """(uint8 image [28,28,1], int64 label) pairs of a prepared split (splits.py), in TFDS's order. Never downloads."""
+    source = splits.SOURCE[split]
+    images_file, labels_file = _split_files(source, data_dir)
+    count = decoded_mnist.counts(data_dir)[source]
+    start, stop = _rows(split, count, validation_examples, data_dir)
 
     @tf.autograph.experimental.do_not_convert  # see _to_features
     def read_whole_split(_):
         # One read of each file (47 MB for train), then examples are slices of it.
         images = tf.reshape(tf.io.decode_raw(tf.io.read_file(images_file), tf.uint8), [-1, 28, 28, 1])
         labels = tf.cast(tf.io.decode_raw(tf.io.read_file(labels_file), tf.uint8), tf.int64)
+        if (start, stop) != (0, count):  # without a validation split, the graph is the one it always was
+            images, labels = images[start:stop], labels[start:stop]
         return images, labels
 
     return tf.data.Dataset.from_tensors(0).map(read_whole_split).unbatch()
@@ -59,24 +72,28 @@ def _to_features(images, labels):
 
 
 def input_fn(mode, input_context=None, *, data_dir, batch_size_per_replica, eval_batch_size=1000,
-             shuffle_buffer=10000, seed=0, make_dataset=None):
+             shuffle_buffer=10000, seed=0, make_dataset=None, validation_examples=0, eval_split=EVAL_SPLIT):
     """Builds the dataset for one input pipeline.
 
     `input_context` must keep this exact name: Estimator passes it only to
     functions with a parameter called `input_context`. `make_dataset(split)`
-    injects (image, label) pairs instead of the prepared MNIST, for tests; it is
-    called here because Estimator builds the pipeline inside its own graph.
+    injects the (image, label) pairs of a split ("train", "validation" or
+    "test") instead of the prepared MNIST, for tests; it is called here because
+    Estimator builds the pipeline inside its own graph.
+    Training reads the training split less its last `validation_examples`
+    rows (splits.py); evaluation reads `eval_split`: the test split, or those rows.
     """
     training = mode == tf.estimator.ModeKeys.TRAIN
-    split = TRAIN_SPLIT if training else EVAL_SPLIT
-    dataset = make_dataset(split) if make_dataset is not None else load_split(split, data_dir)
+    split = TRAIN_SPLIT if training else eval_split
+    dataset = make_dataset(split) if make_dataset is not None else load_split(split, data_dir, validation_examples)
     if not training:
-        # Evaluation always sees the whole 10k test split, unsharded, exactly once.
+        # Evaluation always sees its whole split (the 10k test images, or the validation rows), unsharded, once.
         return dataset.batch(eval_batch_size).map(_to_features).prefetch(tf.data.AUTOTUNE)
 
     pipeline_id, batch_size = 0, batch_size_per_replica
     if input_context is not None:
-        # Shard first, before any shuffling, so that pipelines see disjoint examples.
+        # Shard first, before any shuffling, so that pipelines see disjoint examples; the validation rows are
+        # already cut off, so no shard holds one.
         dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
         pipeline_id = input_context.input_pipeline_id
         batch_size = input_context.get_per_replica_batch_size(

@@ -1,35 +1,42 @@
-"""`estimator-mnist ensemble`: the K best trials of a sweep as ONE graph, one network per device, exported as one
-SavedModel with the signatures of a single model (export.py), so `predict` and Serving take it unchanged.
+"""`estimator-mnist ensemble`: trials of a sweep as ONE graph, one network per device, exported as one SavedModel
+with the signatures of a single model (export.py), so `predict` and Serving take it unchanged.
 
 This is in-graph replication, the classic material's pattern for ensembles:
 one client builds one graph that holds every member, each under its own name
 scope and pinned to its own device, restores each from its trial's final
 checkpoint (the variable names a member had when it trained alone, or those
 of the moving average its trial kept and scored, are mapped onto its copy in
-this graph), and averages their probabilities. The
+this graph), and averages their probabilities, each weighted by its count
+(`ensemble/member_counts`, a constant of the exported graph). The
 ensemble's logits are the log of that average, so its `probabilities`
 output is the average itself and its `class_ids` their argmax.
 
-The whole 10k test set goes through the very graph and session that are
-then exported, members and ensemble scored together. The export leaves the
-device placements out (clear_devices), so it serves on a machine with fewer
+Which members, and their counts: by default the greedy selection with
+replacement of ensemble_selection.py over every finished trial, on their
+probabilities for the validation split (never the test set); with --top K,
+the K best trials by the sweep's ranking, one count each. The validation
+split and the whole 10k test set then go through the very graph and session
+that are exported, members and ensemble scored together; only the test
+figures are reported as test results. The export leaves the device
+placements out (clear_devices), so it serves on a machine with fewer
 devices than the one that built it; the placement used here is recorded in
-sweep.json. Not run on a GPU: this project's machines have none (docs/sweeps.md).
+sweep.json (ensemble_report.py says what it means on CPUs and GPUs).
 """
 
 from __future__ import annotations
 
-import time
+import dataclasses
 from typing import Dict, List
 
 import numpy as np
 import tensorflow as tf
 
-from . import digits
-from .ensemble_plan import EnsemblePlan, Member
+from . import digits, splits
+from .ensemble_plan import EnsemblePlan, Member, placed
+from .ensemble_report import report
+from .ensemble_selection import greedy_selection
 from .export import signature_defs, write_saved_model
 from .model import build_network
-from .sweep import records
 from .tf_workarounds import pin_unplaced
 from .weight_average import has_averages, restore_map
 
@@ -53,6 +60,9 @@ class EnsembleGraph:
         self.members = list(members)
         self.networks = [build_network(member.network, "float32") for member in self.members]
         self.member_probabilities: List[tf.Tensor] = []
+        with tf.compat.v1.name_scope("ensemble/"):
+            # The weights are part of the model: whoever loads the export can read them back.
+            self.counts = tf.constant([float(m.weight) for m in self.members], name="member_counts")
 
     def logits(self, images: tf.Tensor) -> tf.Tensor:
         probabilities = []
@@ -64,7 +74,7 @@ class EnsembleGraph:
             pin_unplaced(graph, scope_of(member) + "/", member.device)
         self.member_probabilities = probabilities  # the last call's: the `images` signature's
         with tf.compat.v1.name_scope("ensemble/"):
-            average = tf.add_n(probabilities) / float(len(probabilities))
+            average = tf.tensordot(self.counts, tf.stack(probabilities), axes=1) / tf.reduce_sum(self.counts)
             # log of the average, so that the outputs' softmax gives back exactly the average
             return tf.math.log(tf.maximum(average, np.finfo(np.float32).tiny))
 
@@ -86,71 +96,82 @@ class EnsembleGraph:
         return found
 
 
-def load_test_set(data_dir: str):
-    """The whole 10k test split as numpy: float images in [0, 1] and int labels."""
-    from .data import EVAL_SPLIT, load_split_numpy  # pylint: disable=import-outside-toplevel
+def load_images(split: str, data_dir: str, validation_examples: int = 0):
+    """A whole split (splits.py) as numpy: float images in [0, 1] and int labels."""
+    from .data import load_split_numpy  # pylint: disable=import-outside-toplevel
 
-    images, labels = load_split_numpy(EVAL_SPLIT, data_dir)
+    images, labels = load_split_numpy(split, data_dir, validation_examples)
     return images.astype(np.float32) / 255.0, labels
 
 
-def score(session, graph_parts, images, labels, batch: int) -> Dict[str, float]:
-    """Accuracy of each member and of the ensemble, on the same images through the same session."""
-    feed, member_tensors, ensemble_tensor = graph_parts
-    hits = np.zeros(len(member_tensors) + 1)
+def load_test_set(data_dir: str):
+    """The whole 10k test split as numpy: float images in [0, 1] and int labels."""
+    return load_images(splits.TEST, data_dir)
+
+
+def probabilities_of(session, feed, tensors, images, batch: int) -> List[np.ndarray]:
+    """Each tensor's probabilities for every image, in batches through the same session."""
+    outputs = [[] for _ in tensors]
     for start in range(0, len(images), batch):
-        chunk = images[start:start + batch]
-        outputs = session.run(member_tensors + [ensemble_tensor], {feed: chunk})
-        truth = labels[start:start + batch]
-        hits += [np.sum(np.argmax(p, axis=1) == truth) for p in outputs]
-    return {"members": list(hits[:-1] / len(images)), "ensemble": float(hits[-1] / len(images))}
+        for collected, value in zip(outputs, session.run(tensors, {feed: images[start:start + batch]})):
+            collected.append(value)
+    return [np.concatenate(collected) for collected in outputs]
+
+
+def _session_config(plan: EnsemblePlan):
+    config = tf.compat.v1.ConfigProto(allow_soft_placement=False)
+    config.device_count["CPU"] = plan.logical_cpus
+    return config
+
+
+def candidate_probabilities(plan: EnsemblePlan, images) -> List[np.ndarray]:
+    """Every candidate's probabilities for `images` (the validation split), for the selection."""
+    with tf.Graph().as_default() as graph:
+        ensemble = EnsembleGraph(plan.members)
+        feed = tf.compat.v1.placeholder(tf.float32, [None, digits.SIZE, digits.SIZE, 1])
+        ensemble.logits(feed)
+        with tf.compat.v1.Session(graph=graph, config=_session_config(plan)) as session:
+            ensemble.restore(session)
+            return probabilities_of(session, feed, ensemble.member_probabilities, images, plan.eval_batch_size)
+
+
+def select(plan: EnsemblePlan, validation) -> tuple:
+    """(members with their counts, the Selection or None): greedy on the validation split, or every member (--top)."""
+    if not plan.greedy:
+        return plan.members, None
+    selection = greedy_selection(candidate_probabilities(plan, validation[0]), validation[1])
+    chosen = [dataclasses.replace(m, weight=count) for m, count in zip(plan.members, selection.counts) if count]
+    return placed(chosen, plan.devices), selection
 
 
 def build_and_export(plan: EnsemblePlan, out, data=None) -> int:
-    """Builds, restores, scores and exports the ensemble; `data` (images, labels) replaces the test set in tests."""
-    images, labels = data if data is not None else load_test_set(plan.data_dir)
-    facts = {}
+    """Selects, builds, restores, scores and exports the ensemble; `data` ({split: (images, labels)}) replaces MNIST
+    in tests. The validation split is scored only when the trials hold one out."""
+    if data is None:
+        data = {splits.TEST: load_test_set(plan.data_dir)}
+        if plan.validation_examples:
+            data[splits.VALIDATION] = load_images(splits.VALIDATION, plan.data_dir, plan.validation_examples)
+    members, selection = select(plan, data.get(splits.VALIDATION))
+    facts = {"members": members, "selection": selection, "images": {k: len(v[1]) for k, v in data.items()}}
 
     def build():
-        graph = EnsembleGraph(plan.members)
+        graph = EnsembleGraph(members)
         signatures = signature_defs(graph.logits)
         facts["graph"] = graph
         sig = signatures["images"]
-        facts["parts"] = (sig.inputs["images"].name, graph.member_probabilities, sig.outputs["probabilities"].name)
+        facts["parts"] = (sig.inputs["images"].name, graph.member_probabilities + [sig.outputs["probabilities"].name])
         return signatures
 
     def restore_and_score(session):
         graph = facts["graph"]
         graph.restore(session)
         facts["devices"] = graph.devices_used(session.graph)
-        facts["scores"] = score(session, facts["parts"], images, labels, plan.eval_batch_size)
-        facts["labels"] = labels
+        feed, tensors = facts["parts"]
+        facts["scores"] = {}
+        for split, (images, labels) in data.items():
+            outputs = probabilities_of(session, feed, tensors, images, plan.eval_batch_size)
+            facts["scores"][split] = [float(np.mean(np.argmax(p, axis=1) == labels)) for p in outputs]
 
-    config = tf.compat.v1.ConfigProto(allow_soft_placement=False)
-    config.device_count["CPU"] = plan.logical_cpus
-    export = write_saved_model(str(plan.export_base), build, restore_and_score, session_config=config,
+    export = write_saved_model(str(plan.export_base), build, restore_and_score, session_config=_session_config(plan),
                                clear_devices=True)
     return report(plan, facts, export, out)
-
-
-def report(plan: EnsemblePlan, facts: dict, export: str, out) -> int:
-    scores = facts["scores"]
-    members = [{"trial": m.trial, "values": m.values, "device": m.device, "devices_in_graph": facts["devices"][m.trial],
-                "accuracy": round(acc, 6), "sweep_accuracy": m.sweep_accuracy, "checkpoint": m.checkpoint}
-               for m, acc in zip(plan.members, scores["members"])]
-    result = {"top": len(plan.members), "accuracy": round(scores["ensemble"], 6), "members": members,
-              "export": export, "time": time.time(), "test_images": len(facts["labels"])}
-    record = records.read_sweep(plan.sweep_dir)
-    record["ensemble"] = result
-    records.save(plan.sweep_dir, record)
-    width = max(len(m.trial) for m in plan.members)
-    print(f"{'member':<{width}}  {'device':<14}  accuracy  values", file=out)
-    for m in members:
-        values = " ".join(f"{k}={v}" for k, v in m["values"].items())
-        print(f"{m['trial']:<{width}}  {m['device']:<14}  {m['accuracy']:.4f}    {values}", file=out)
-    best = max(m["accuracy"] for m in members)
-    print(f"ensemble of {len(members)}: accuracy {result['accuracy']:.4f} on the {len(facts['labels']):,} test images "
-          "(best member "
-          f"{best:.4f})", file=out)
-    print(f"export: {export}\n  use it: estimator-mnist predict --model {plan.export_base} FILE...", file=out)
-    return 0

@@ -89,13 +89,20 @@ def collect(path: str) -> dict:
         "run_dir": str(run_dir) if run_dir else None, "model_dir": str(model_dir), "status": status,
         "global_step": checkpoints.latest_step(str(model_dir)),
         "accuracy": (final or (evaluations[-1] if evaluations else {})).get("accuracy"),
+        "validation_accuracy": (final or (evaluations[-1] if evaluations else {})).get("validation_accuracy"),
         "images_per_sec": timing["images_per_sec"], "images_per_sec_by_task": timing["per_task"],
         "precision": precision,
         "restarts": len(launched["restarts"]) if "restarts" in launched else None,
         "export": exports[-1] if exports else None, "seconds_to_accuracy": reached,
         "evaluations": [{"step": r["global_step"], "accuracy": r["accuracy"], "loss": r["loss"],
+                         "validation_accuracy": r.get("validation_accuracy"),
+                         "validation_loss": r.get("validation_loss"),
                          "seconds": r["time"] - first if first and r.get("time") else None} for r in evaluations],
     }
+
+
+def _figure(value: Optional[float], missing: str = "-") -> str:
+    return f"{value:.4f}" if value is not None else missing
 
 
 def _seconds(value: Optional[float]) -> str:
@@ -108,7 +115,8 @@ def table(facts: dict) -> List[str]:
     rows: Dict[str, str] = {
         "model_dir": facts["model_dir"], "status": facts["status"],
         "global step": str(facts["global_step"]),
-        "accuracy": f"{facts['accuracy']:.4f}" if facts["accuracy"] is not None else "-",
+        "test accuracy": f"{facts['accuracy']:.4f}" if facts["accuracy"] is not None else "-",
+        "validation accuracy": _figure(facts.get("validation_accuracy"), "- (no validation split)"),
         "images/s": (f"{rate:,.0f}" + (f" ({by_task})" if by_task else "")) if rate else "-",
         "precision": facts.get("precision") or "-",
         "restarts": str(facts["restarts"]) if facts["restarts"] is not None else "- (not started by launch)",
@@ -118,8 +126,12 @@ def table(facts: dict) -> List[str]:
         rows[f"to {float(threshold):.1%}"] = f"{hit['seconds']:.1f} s (step {hit['step']})" if hit else "not reached"
     width = max(len(k) for k in rows)
     lines = [f"{key:<{width}}  {value}" for key, value in rows.items()]
-    lines += ["", f"{'step':>6}  {'accuracy':>8}  {'loss':>7}  seconds after the first step"]
-    lines += [f"{e['step']:>6}  {e['accuracy']:>8.4f}  {e['loss']:>7.4f}  {_seconds(e['seconds'])}"
+    held_out = any(e.get("validation_accuracy") is not None for e in facts["evaluations"])
+    validation_header = f"  {'val acc':>8}  {'val loss':>8}" if held_out else ""
+    lines += ["", f"{'step':>6}  {'test acc':>8}  {'loss':>7}{validation_header}  seconds after the first step"]
+    lines += [f"{e['step']:>6}  {e['accuracy']:>8.4f}  {e['loss']:>7.4f}"
+              + (f"  {_figure(e.get('validation_accuracy')):>8}  {_figure(e.get('validation_loss')):>8}" if held_out
+                 else "") + f"  {_seconds(e['seconds'])}"
               for e in facts["evaluations"]]
     return lines
 

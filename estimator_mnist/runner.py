@@ -17,7 +17,7 @@ import tensorflow as tf
 from . import checkpoints
 from .checkpoint_repair import fall_back_to_intact
 from .config import PS_STRATEGIES, Config, TaskId
-from .data import input_fn
+from .data import VALIDATION_SPLIT, input_fn
 from .disk_full import disk_full_failure, is_disk_full
 from .errors import RETRYABLE_EXIT_CODE, RETRYABLE_NOTE, RetryableFailure
 from .evaluator import exporter
@@ -102,15 +102,19 @@ def build_estimator(config: Config, plan: TaskPlan, strategy=None, precision: st
 
 def train_and_eval_specs(config: Config, make_dataset=None, hooks=()):
     training = config.training
+    held_out = config.data.validation_examples
     common = dict(data_dir=config.data_dir, batch_size_per_replica=training.batch_size_per_replica,
                   eval_batch_size=config.evaluation.batch_size, shuffle_buffer=training.shuffle_buffer,
-                  seed=training.seed, make_dataset=make_dataset)
+                  seed=training.seed, make_dataset=make_dataset, validation_examples=held_out)
     train_spec = tf.estimator.TrainSpec(input_fn=functools.partial(input_fn, tf.estimator.ModeKeys.TRAIN, **common),
                                         max_steps=training.max_steps, hooks=list(hooks))
+    # The validation split, scored by the exporter after each test evaluation (evaluator.py); none without one.
+    validation_input_fn = functools.partial(input_fn, tf.estimator.ModeKeys.EVAL, eval_split=VALIDATION_SPLIT,
+                                            **common) if held_out else None
     eval_spec = tf.estimator.EvalSpec(
         input_fn=functools.partial(input_fn, tf.estimator.ModeKeys.EVAL, **common),
         steps=None,  # the whole test split
-        exporters=[exporter(config)],
+        exporters=[exporter(config, validation_input_fn)],
         start_delay_secs=config.evaluation.start_delay_secs,
         throttle_secs=config.evaluation.throttle_secs)
     return train_spec, eval_spec

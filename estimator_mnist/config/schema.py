@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 from . import values as v
+from .identity import Address, ClusterConfig, TaskId  # noqa: F401  (re-exported: the config's public names)
 
 TRAINING_ROLES = ("chief", "worker", "ps")
 ROLES = TRAINING_ROLES + ("evaluator",)
@@ -41,71 +42,6 @@ def _opt(default, *, check=None, choices=None, kind=None, doc="", strategies=Non
 def default_data_dir() -> str:
     # Shared by every run on this machine: MNIST is prepared once, not per run.
     return os.environ.get("ESTIMATOR_MNIST_DATA_DIR") or str(Path.home() / "tensorflow_datasets")
-
-
-@dataclass(frozen=True)
-class Address:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-
-@dataclass(frozen=True, order=True)
-class TaskId:
-    type: str
-    index: int
-
-    def __str__(self) -> str:
-        return f"{self.type}:{self.index}"
-
-    @property
-    def is_evaluator(self) -> bool:
-        return self.type == "evaluator"
-
-    @property
-    def is_trainer(self) -> bool:
-        """Runs training steps: the chief and the workers (not ps, not the evaluator)."""
-        return self.type in ("chief", "worker")
-
-
-@dataclass(frozen=True)
-class ClusterConfig:
-    """Who trains where. `evaluator` is a host only: it runs no server."""
-
-    chief: Tuple[Address, ...] = ()
-    worker: Tuple[Address, ...] = ()
-    ps: Tuple[Address, ...] = ()
-    evaluator: Optional[str] = None
-
-    def addresses(self, role: str) -> Tuple[Address, ...]:
-        return getattr(self, role)
-
-    def tasks(self) -> List[TaskId]:
-        """Every task, in the order the launcher starts them: ps first, the evaluator last."""
-        tasks = [TaskId(role, i) for role in ("ps", "chief", "worker") for i in range(len(self.addresses(role)))]
-        return tasks + ([TaskId("evaluator", 0)] if self.evaluator is not None else [])
-
-    def server_tasks(self) -> List[TaskId]:
-        """The tasks that run a TF server (all but the evaluator), in start order."""
-        return [t for t in self.tasks() if not t.is_evaluator]
-
-    def address(self, task: TaskId) -> Address:
-        return self.addresses(task.type)[task.index]
-
-    def host(self, task: TaskId) -> str:
-        return self.evaluator if task.is_evaluator else self.address(task).host
-
-    @property
-    def chief_task(self) -> TaskId:
-        """The task that saves checkpoints: the chief, or worker 0 when there is none."""
-        return TaskId("chief", 0) if self.chief else TaskId("worker", 0)
-
-    @property
-    def num_workers(self) -> int:
-        """Training replicas' machines: the chief counts as a worker."""
-        return len(self.chief) + len(self.worker)
 
 
 @dataclass(frozen=True)
@@ -215,12 +151,22 @@ class TrainingConfig:
 
 
 @dataclass(frozen=True)
+class DataConfig:
+    validation_examples: int = _opt(0, check=v.held_out, kind=int,
+                                    doc="the last N images of MNIST's training set (the same on every task and "
+                                        "host) are held out: never trained on, scored with the test set at every "
+                                        "evaluation, and what sweeps and ensembles choose on; 0: train on all "
+                                        "60,000 (sweep: 5000 unless set)")
+
+
+@dataclass(frozen=True)
 class EvaluationConfig:
     throttle_secs: int = _opt(5, check=v.non_negative, kind=int)
     start_delay_secs: int = _opt(5, check=v.non_negative, kind=int)
     batch_size: int = _opt(1000, check=v.positive, kind=int)
     export: str = _opt("latest", choices=EXPORTERS,
-                       doc="latest: export every evaluated checkpoint; best: only when eval loss improves")
+                       doc="latest: export every evaluated checkpoint; best: only when the loss improves, on "
+                           "the validation split when there is one (data.validation_examples), else on the test set")
     exports_to_keep: int = _opt(3, check=v.positive, kind=int)
     final_timeout_secs: int = _opt(600, check=v.positive, kind=int,
                                    doc="how long the chief (and launch) wait for the evaluation of the final "
@@ -270,6 +216,7 @@ class Config:
     tasks: Tuple[Tuple[str, Tuple[Tuple[str, Any], ...]], ...] = ()
     model: ModelConfig = ModelConfig()
     training: TrainingConfig = TrainingConfig()
+    data: DataConfig = DataConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     launcher: LauncherConfig = LauncherConfig()
     restart: RestartConfig = RestartConfig()
@@ -290,6 +237,7 @@ SECTIONS = {
     "session": SessionConfig,
     "model": ModelConfig,
     "training": TrainingConfig,
+    "data": DataConfig,
     "evaluation": EvaluationConfig,
     "launcher": LauncherConfig,
     "restart": RestartConfig,

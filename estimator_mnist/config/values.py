@@ -115,6 +115,11 @@ def fraction(v):
     return None if 0 <= v < 1 else "in [0, 1)"
 
 
+def held_out(v):
+    # MNIST's training split has 60,000 images: at least 10,000 stay for training.
+    return None if 0 <= v <= 50000 else "between 0 and 50000 (MNIST's training set has 60,000 images)"
+
+
 def share(v):
     return None if 0 <= v <= 1 else "between 0 and 1"
 

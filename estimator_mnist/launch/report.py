@@ -59,8 +59,8 @@ class Console:
             self.timed(f"stopped {', '.join(str(p.task) for p in processes)} ({reason})")
 
     def evaluation(self, record: dict) -> None:
-        self.timed(f"evaluation of step {record['global_step']}: accuracy {record['accuracy']:.4f}, "
-                   f"loss {record['loss']:.4f}")
+        self.timed(f"evaluation of step {record['global_step']}: test accuracy {record['accuracy']:.4f}, "
+                   f"loss {record['loss']:.4f}{validation_text(record, ', ')}")
 
     def _due(self, now: float, every: float) -> bool:
         if now - self._last_progress < every:
@@ -82,7 +82,8 @@ class Console:
             parts.append(f"loss {monitor.loss:.4f}")
         latest = monitor.latest_eval()
         if latest:
-            parts.append(f"last evaluation: step {latest['global_step']} accuracy {latest['accuracy']:.4f}")
+            parts.append(f"last evaluation: step {latest['global_step']} test accuracy {latest['accuracy']:.4f}"
+                         + validation_text(latest, " ", loss=False))
         left = monitor.seconds_left(now)
         parts.append(f"about {max(0.0, left):.0f} s left" if left is not None else "time left: measuring")
         self.status(", ".join(parts))
@@ -90,6 +91,14 @@ class Console:
     def waiting(self, names, now: float) -> None:
         if self._due(now, WAITING_EVERY_SECS):
             self.status(f"training finished; waiting for {', '.join(names)} to finish")
+
+
+def validation_text(record: dict, separator: str, loss: bool = True) -> str:
+    """The validation split's figures of an evaluation record, after `separator`; "" without a split."""
+    if record.get("validation_accuracy") is None:
+        return ""
+    text = f"{separator}validation accuracy {record['validation_accuracy']:.4f}"
+    return text + (f", loss {record['validation_loss']:.4f}" if loss else "")
 
 
 def _since(moment: Optional[float], start: float) -> Optional[float]:
@@ -107,6 +116,7 @@ def build_summary(launcher, status: str, error: Optional[str]) -> dict:
         "strategy": config.strategy.name, "max_steps": config.training.max_steps,
         "global_step": checkpoints.latest_step(config.model_dir),
         "accuracy": final["accuracy"] if final else None, "export": final["export"] if final else None,
+        "validation_accuracy": final.get("validation_accuracy") if final else None,
         "evaluations": checkpoints.read_eval_results(config.model_dir),
         "run_dir": config.run_dir, "model_dir": config.model_dir, "log_dir": str(group.log_dir), "launch_time": start,
         "seconds_to_first_step": _since(monitor.first_step_time, start),
@@ -127,5 +137,9 @@ def write_summary(run_dir: str, summary: dict) -> Path:
 
 
 def final_line(summary: dict) -> str:
+    """`accuracy=` is the test set's, as in eval_results.jsonl; a validation split adds `validation_accuracy=`."""
     accuracy = f"{summary['accuracy']:.4f}" if summary.get("accuracy") is not None else "none"
-    return f"finished: accuracy={accuracy} global_step={summary['global_step']} export={summary.get('export') or 'none'}"
+    held_out = summary.get("validation_accuracy")
+    return (f"finished: accuracy={accuracy} global_step={summary['global_step']} "
+            f"export={summary.get('export') or 'none'}"
+            + (f" validation_accuracy={held_out:.4f}" if held_out is not None else ""))

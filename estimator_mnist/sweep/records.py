@@ -4,6 +4,12 @@ sweep.json records the sweep's identity (the base YAML's settings, the
 parameters as given, --samples and --seed); a later run with the same
 identity resumes it, and a different sweep pointed at the same directory is
 refused, so that no trial's directory is ever reused for other values.
+
+Trials are ranked, and best.yaml and `ensemble --top K` chosen, on the
+figure sweep.json's `ranked_by` names: `validation_accuracy` when the trials
+hold out a validation split (the sweep's default), else the test set's
+`accuracy`, which every output then says. The test accuracy is reported, not
+chosen on.
 """
 
 from __future__ import annotations
@@ -17,12 +23,14 @@ from typing import Dict, List, Optional
 from ..errors import UsageError
 from ..files import read_json, write_json_atomic
 from .space import as_overrides
+from .stopping import NAMES
 
 SWEEP_FILE, CSV_FILE, BEST_FILE = "sweep.json", "sweep.csv", "best.yaml"
 DONE_STATES = ("finished", "stopped")  # a re-run skips these; any other state is (re)started, from its checkpoints
 ERR_OTHER_SWEEP = ("{dir}: holds a different sweep (its {what} differ from this command's); give another "
                    "--sweep-dir, or the same --cluster settings, --param, --samples and --seed to resume it")
 ERR_NOT_A_SWEEP = "{dir}: no {file} there; give the --sweep-dir of a sweep (estimator-mnist sweep)"
+RANKED_BY = NAMES  # how each figure a sweep can rank by is named to the user
 ERR_TOP = ("--top {top}: the sweep in {dir} has {count} finished trial(s){which}; use --top {count} or less"
            "{hint}")
 
@@ -62,10 +70,16 @@ def read_sweep(sweep_dir) -> dict:
     return record
 
 
+def ranked_by(record: dict) -> str:
+    """The figure the sweep ranks on; a sweep.json from before validation splits was ranked on the test set."""
+    return record.get("ranked_by", "accuracy")
+
+
 def best_trials(record: dict) -> List[dict]:
-    """Finished trials, highest final accuracy first (the earlier trial on a tie)."""
-    done = [t for t in record["trials"] if t["state"] == "finished" and t.get("accuracy") is not None]
-    return sorted(done, key=lambda t: -t["accuracy"])
+    """Finished trials, highest final figure of `ranked_by` first (the earlier trial on a tie)."""
+    key = ranked_by(record)
+    done = [t for t in record["trials"] if t["state"] == "finished" and t.get(key) is not None]
+    return sorted(done, key=lambda t: -t[key])
 
 
 def top_trials(record: dict, sweep_dir, top: int) -> List[dict]:
@@ -81,21 +95,31 @@ def top_trials(record: dict, sweep_dir, top: int) -> List[dict]:
 
 
 def csv_text(record: dict, thresholds) -> str:
+    """A row per trial; `rank` orders the finished ones by the figure named in `ranked_by` (1: best.yaml's)."""
     keys = list(dict.fromkeys(k for t in record["trials"] for k in t["values"]))
-    columns = ["trial", "state", *keys, "accuracy", "global_step", *[f"seconds_to_{t:g}" for t in thresholds],
-               "images_per_sec", "device", "reason", "log"]
+    columns = ["trial", "state", *keys, "validation_accuracy", "test_accuracy", "rank", "ranked_by", "global_step",
+               *[f"seconds_to_{t:g}" for t in thresholds], "images_per_sec", "device", "reason", "log"]
+    rank = {t["trial"]: i + 1 for i, t in enumerate(best_trials(record))}
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
     for t in record["trials"]:
         reached = t.get("seconds_to") or {}
         writer.writerow([t["trial"], t["state"], *[json.dumps(t["values"].get(k)) for k in keys],
-                         t.get("accuracy"), t.get("global_step"), *[reached.get(f"{x:g}") for x in thresholds],
+                         t.get("validation_accuracy"), t.get("accuracy"), rank.get(t["trial"]), ranked_by(record),
+                         t.get("global_step"), *[reached.get(f"{x:g}") for x in thresholds],
                          t.get("images_per_sec"), t.get("device"), t.get("reason"), t.get("log")])
     return out.getvalue()
 
 
-def best_yaml(base_data: dict, base_file: str, best: dict, sweep_dir, batch: int) -> str:
+def figures_text(row: dict, key: str) -> str:
+    """'validation accuracy 0.9812 (chose), test accuracy 0.9790': both figures, and which one chose."""
+    parts = [f"{RANKED_BY[k]} {row[k]:.4f}" + (" (chose)" if k == key else "")
+             for k in ("validation_accuracy", "accuracy") if row.get(k) is not None]
+    return ", ".join(parts)
+
+
+def best_yaml(base_data: dict, base_file: str, best: dict, sweep_dir, batch: int, key: str) -> str:
     """The base YAML with the best trial's values, its cluster kept, and a comment on what one process tuned."""
     import yaml  # Imported here so `--help` stays instant.
 
@@ -104,7 +128,13 @@ def best_yaml(base_data: dict, base_file: str, best: dict, sweep_dir, batch: int
     data = apply_overrides(base_data, as_overrides(best["values"]))
     values = " ".join(as_overrides(best["values"]))
     header = [f"# {base_file} with the best values of the sweep in {sweep_dir}:",
-              f"#   {best['trial']}: {values} (final accuracy {best['accuracy']:.4f})",
+              f"#   {best['trial']}: {values} (final {figures_text(best, key)})",
+              *(["# Chosen on the trials' validation split, held out of their training; the test accuracy is "
+                 "reported, not chosen on.",
+                 "# This file trains on data.validation_examples as set below (none set: all 60,000 images)."]
+                if key == "validation_accuracy" else
+                ["# Chosen on the TEST accuracy: the trials held out no validation split "
+                 "(data.validation_examples: 0), so that figure is optimistic."]),
               "# These values were tuned in ONE process (one trainer, global batch "
               f"{batch}). With more trainers the global batch grows",
               "# with them (batch_size_per_replica x trainers): a learning rate tuned here may need scaling.",
@@ -122,6 +152,6 @@ def write_results(sweep_dir: Path, record: dict, thresholds, base_data: dict, ba
         return None
     record["best"] = ranked[0]["trial"]
     path = sweep_dir / BEST_FILE
-    path.write_text(best_yaml(base_data, base_file, ranked[0], sweep_dir, batch_of[ranked[0]["trial"]]),
-                    encoding="utf-8")
+    path.write_text(best_yaml(base_data, base_file, ranked[0], sweep_dir, batch_of[ranked[0]["trial"]],
+                              ranked_by(record)), encoding="utf-8")
     return path

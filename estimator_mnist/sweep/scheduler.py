@@ -28,6 +28,12 @@ from .table import SweepConsole
 POLL_SECS = 1.0
 EARLY_STOP_GRACE_SECS = 3  # a condemned trial's checkpoints are not needed
 SAVE_EVERY_SECS = 5.0
+CHOOSING = {
+    "validation_accuracy": "every trial holds out the last {held_out} training images (data.validation_examples); "
+                           "the median rule, the ranking and best.yaml use their accuracy, the test set is only reported",
+    "accuracy": "no validation split (data.validation_examples: 0): the median rule, the ranking and best.yaml use "
+                "the TEST accuracy, so the best trial's test figure is optimistic",
+}
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,12 @@ class SweepPlan:
     identity: dict
     thresholds: tuple
 
+    @property
+    def ranked_by(self) -> str:
+        """What the sweep stops and ranks on: the validation accuracy, or without a split the test one. data.* is
+        not swept (space.py), so every trial holds out the same rows, or none."""
+        return trials.chooses_by(self.trials[0])
+
 
 class SweepRunner:
     def __init__(self, plan: SweepPlan, console: SweepConsole,
@@ -49,6 +61,7 @@ class SweepRunner:
         self.plan, self.console, self.command_for = plan, console, command_for
         self.poll_secs, self.stop_grace_secs = poll_secs, stop_grace_secs
         self.record = records.load_or_start(plan.sweep_dir, plan.identity, [t.values for t in plan.trials])
+        self.record["ranked_by"] = plan.ranked_by
         self.rows: Dict[str, dict] = {row["trial"]: row for row in self.record["trials"]}
         self.trials = {t.name: t for t in plan.trials}
         self.running: Dict[str, tuple] = {}  # name -> (TaskProcess, Device)
@@ -85,8 +98,8 @@ class SweepRunner:
                     f"; see {trial.log_path}"
         row.update(state=state, reason=reason, ended=time.time(), exit_code=process.exit_code)
         trials.write_summary(trial, row)
-        accuracy = f" accuracy {row['accuracy']:.4f}" if row.get("accuracy") is not None else ""
-        self.console.event(f"{name} {state}{accuracy}" + (f" ({reason})" if reason else ""))
+        figures = records.figures_text(row, self.plan.ranked_by)
+        self.console.event(f"{name} {state}" + (f" {figures}" if figures else "") + (f" ({reason})" if reason else ""))
         del self.running[name]
         self.save(force=True)
 
@@ -96,7 +109,7 @@ class SweepRunner:
         freed = []
         for name in list(self.running):
             others = {other: h for other, h in histories.items() if other != name}
-            verdict = median_verdict(histories.get(name, []), others)
+            verdict = median_verdict(histories.get(name, []), others, metric=self.plan.ranked_by)
             if verdict is None:
                 continue
             process, device = self.running[name]
@@ -131,7 +144,7 @@ class SweepRunner:
                 free.extend(self._early_stops())
             free.sort(key=self.plan.devices.index)  # the lowest devices first, for a predictable placement
             self._update_live()
-            self.console.table(self.record["trials"], self.running)
+            self.console.table(self.record["trials"], self.running, self.plan.ranked_by)
             self.save()
 
     def _stop_everything(self, why: str) -> None:
@@ -149,6 +162,7 @@ class SweepRunner:
         self.console.event(f"sweep of {len(self.plan.trials)} trials in {sweep_dir}: {len(queue)} to run"
                            + (f" ({done} already done)" if done else "") + ", "
                            f"{len(self.plan.devices)} at a time on {', '.join(map(str, self.plan.devices))}")
+        self.console.event(CHOOSING[self.plan.ranked_by].format(held_out=self.plan.trials[0].validation_examples))
 
         def on_signal(signum, _frame):
             raise KeyboardInterrupt(signal.Signals(signum).name)
@@ -171,12 +185,12 @@ class SweepRunner:
         best = records.write_results(plan.sweep_dir, self.record, plan.thresholds, plan.base_data, plan.base_file,
                                      {t.name: t.batch for t in plan.trials})
         self.save(force=True)
-        self.console.final(self.record["trials"])
+        self.console.final(self.record["trials"], self.plan.ranked_by)
         self.console.event(f"results: {plan.sweep_dir / records.SWEEP_FILE}, {plan.sweep_dir / records.CSV_FILE}")
         if best is not None:
             row = self.rows[self.record["best"]]
-            self.console.event(f"best: {row['trial']} ({self.console.values_text(row['values'])}) accuracy "
-                               f"{row['accuracy']:.4f}; its settings: {best}")
+            self.console.event(f"best: {row['trial']} ({self.console.values_text(row['values'])}) "
+                               f"{records.figures_text(row, self.plan.ranked_by)}; its settings: {best}")
         failed = [r for r in self.record["trials"] if r["state"] == "failed"]
         if failed and code == 0:
             self.console.event(f"{len(failed)} trial(s) failed: {', '.join(r['trial'] for r in failed)}; their logs "

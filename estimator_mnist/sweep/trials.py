@@ -2,9 +2,12 @@
 
 A trial is `estimator-mnist train --cluster <trial>/trial.yaml` without
 --task: the single-process job (strategy one_device), which trains,
-evaluates each checkpoint on the whole test set and exports, in its own
-directory. Started again on the same directory, it resumes from its newest
-checkpoint.
+evaluates each checkpoint on its validation split and the whole test set and
+exports, in its own directory. Started again on the same directory, it
+resumes from its newest checkpoint. Unless the base YAML or a --param sets
+data.validation_examples, a trial holds out the last
+DEFAULT_VALIDATION_EXAMPLES training images (splits.py): the sweep chooses on
+them, never on the test set.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from .space import as_overrides
 
 TRIAL_FILE, LOG_FILE, SUMMARY_FILE = "trial.yaml", "trial.log", "run_summary.json"
 UNUSED_ADDRESS = "localhost:2222"  # a single-process job starts no server: the port is never opened
+DEFAULT_VALIDATION_EXAMPLES = 5000
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class Trial:
     data: dict           # the trial's YAML data
     max_steps: int
     batch: int           # its global batch: one replica
+    validation_examples: int = 0  # its held-out rows (data.validation_examples): 0 leaves only the test set
 
     @property
     def model_dir(self) -> Path:
@@ -52,6 +57,9 @@ def trial_data(base: dict, values: Dict[str, object], directory: Path, data_dir:
     every = tasks.get("all")  # per-role and per-task settings name tasks a single process lacks
     data.update(cluster={"chief": [UNUSED_ADDRESS]}, strategy="one_device", tasks={"all": every} if every else None,
                 run_dir=str(directory), model_dir=str(directory / "model"), data_dir=data_dir)
+    held_out = dict(data.get("data") or {})
+    held_out.setdefault("validation_examples", DEFAULT_VALIDATION_EXAMPLES)  # the user's value, 0 included, stands
+    data["data"] = held_out
     if data["tasks"] is None:
         del data["tasks"]
     return data
@@ -70,7 +78,8 @@ def make_trial(name: str, values: dict, sweep_dir: Path, base: dict, data_dir: s
     data = trial_data(base, values, directory, data_dir)
     values_text = ", ".join(as_overrides(values))
     config = config_from_dict(data, str(directory / TRIAL_FILE), f"{name} ({values_text})")
-    return Trial(name, values, directory, data, config.training.max_steps, config.training.batch_size_per_replica)
+    return Trial(name, values, directory, data, config.training.max_steps, config.training.batch_size_per_replica,
+                 config.data.validation_examples)
 
 
 def write_trial_yaml(trial: Trial, device: Device) -> Path:
@@ -100,17 +109,25 @@ def start(trial: Trial, device: Device, index: int, argv: List[str]) -> TaskProc
     return start_task(TaskId("trial", index), argv, env, trial.log_path, preexec)
 
 
+def chooses_by(trial: Trial) -> str:
+    """The evaluation figure the sweep stops and ranks this trial on: its validation accuracy when it has a split."""
+    return "validation_accuracy" if trial.validation_examples else "accuracy"
+
+
 def evaluations(trial: Trial) -> List[tuple]:
-    """(step, accuracy) of every evaluation so far, ascending steps."""
-    return sorted((r["global_step"], r["accuracy"]) for r in checkpoints.read_eval_results(str(trial.model_dir)))
+    """(step, the figure it is chosen by) of every evaluation so far, ascending steps."""
+    key = chooses_by(trial)
+    return sorted((r["global_step"], r[key]) for r in checkpoints.read_eval_results(str(trial.model_dir))
+                  if r.get(key) is not None)
 
 
 def live(trial: Trial) -> dict:
-    """The trial's step and latest accuracy while it runs."""
+    """The trial's step and latest accuracies (test, and validation when it has a split) while it runs."""
     record = read_progress(str(trial.directory)).get("chief:0") or {}
-    evaluated = evaluations(trial)
-    return {"global_step": record.get("global_step"), "accuracy": evaluated[-1][1] if evaluated else None,
-            "cpus_seen": record.get("cpus")}
+    evaluated = checkpoints.read_eval_results(str(trial.model_dir))
+    latest = max(evaluated, key=lambda r: r["global_step"]) if evaluated else {}
+    return {"global_step": record.get("global_step"), "accuracy": latest.get("accuracy"),
+            "validation_accuracy": latest.get("validation_accuracy"), "cpus_seen": record.get("cpus")}
 
 
 def outcome(trial: Trial) -> dict:
@@ -125,7 +142,8 @@ def outcome(trial: Trial) -> dict:
     except UsageError:
         return {}
     final = any(e["step"] >= trial.max_steps for e in facts["evaluations"])
-    return {"accuracy": facts["accuracy"], "final": final, "global_step": facts["global_step"],
+    return {"accuracy": facts["accuracy"], "validation_accuracy": facts["validation_accuracy"], "final": final,
+            "global_step": facts["global_step"],
             "images_per_sec": round(facts["images_per_sec"], 1) if facts["images_per_sec"] else None,
             "seconds_to": {k: round(v["seconds"], 1) if v else None for k, v in facts["seconds_to_accuracy"].items()},
             "export": facts["export"]}
@@ -135,7 +153,7 @@ def write_summary(trial: Trial, row: dict) -> Path:
     """<trial>/run_summary.json, as a launched run has one: `estimator-mnist summary <trial dir>` then shows the
     trial's state (finished, stopped, failed, interrupted) and why."""
     keys = ("values", "device", "affinity", "cpus_seen", "started", "ended", "exit_code", "attempts", "accuracy",
-            "global_step", "export", "seconds_to", "images_per_sec")
+            "validation_accuracy", "global_step", "export", "seconds_to", "images_per_sec")
     summary = {"status": row["state"], "error": row.get("reason"), "trial": trial.name,
                "cluster_file": str(trial.directory / TRIAL_FILE), "strategy": "one_device",
                "max_steps": trial.max_steps, "run_dir": str(trial.directory), "model_dir": str(trial.model_dir),

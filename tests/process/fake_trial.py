@@ -2,8 +2,10 @@
 
 usage: python -m tests.process.fake_trial TRIAL_DIR ACCURACIES STEP_SECS EXIT_CODE [ignore_sigterm]
 
-ACCURACIES is a comma list: the evaluation at steps 10, 20, ... (the last one
-at max_steps is the final one). It writes the records a real trial writes:
+ACCURACIES is a comma list: the validation accuracy of the evaluation at
+steps 10, 20, ... (the last one at max_steps is the final one). The test
+accuracy written beside it runs the other way (1.5 - it), so that any choice
+made on the test set would show. It writes the records a real trial writes:
 <trial>/progress/chief-0.json and <trial>/model/eval_results.jsonl, then
 exits with EXIT_CODE. With ignore_sigterm only SIGKILL stops it.
 """
@@ -33,7 +35,8 @@ def main(trial_dir: str, accuracies: str, step_secs: str, exit_code: str, *flags
             step += 1
             writer.step(step, 0.1)
         with open(os.path.join(model_dir, "eval_results.jsonl"), "a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"global_step": step, "accuracy": accuracy, "loss": 1 - accuracy,
+            handle.write(json.dumps({"global_step": step, "accuracy": round(1.5 - accuracy, 4), "loss": accuracy - 0.5,
+                                     "validation_accuracy": accuracy, "validation_loss": 1 - accuracy,
                                      "export": None, "final": False, "time": time.time()}) + "\n")
     writer.finish(step)
     return int(exit_code)

@@ -1,5 +1,6 @@
 """The sweep's scheduler with stand-in trials (fake_trial.py) whose accuracies are scripted: parallel starts,
-early stopping by the median rule, a failed trial recorded while the others finish, Ctrl-C, and resuming."""
+early stopping by the median rule, a failed trial recorded while the others finish, Ctrl-C, and resuming. The
+scripts are validation accuracies; each test accuracy runs against them, so stopping or ranking on it would show."""
 
 import io
 import json
@@ -50,7 +51,8 @@ def test_a_clearly_worse_trial_is_stopped_by_the_median_rule_and_its_device_goes
     assert code == 0, out
     assert states == ["finished", "finished", "stopped", "finished", "finished"], out
     stopped = record["trials"][2]
-    assert stopped["stopped_at_step"] == 10 and "below the median" in stopped["reason"]
+    assert stopped["stopped_at_step"] == 10 and "validation accuracy 0.5000 at step 10 is below the median" in \
+        stopped["reason"]
     assert stopped["ended"] - stopped["started"] < 6  # stopped at its first evaluation (3 s), not after its 9 s
     following = record["trials"][4]  # the freed device took the next trial while trial-003 still ran
     assert following["device"] == stopped["device"] and following["started"] >= stopped["ended"]
@@ -69,7 +71,9 @@ def test_a_failed_trial_is_recorded_with_its_log_and_the_others_finish(tmp_path)
     assert failed["state"] == "failed" and "exit code 1" in failed["reason"]
     assert failed["log"] in failed["reason"] and Path(failed["log"]).is_file()
     assert [t["state"] for t in record["trials"]] == ["finished", "failed", "finished"]
-    assert record["best"] == "trial-002" and (tmp_path / "sweep" / records.BEST_FILE).is_file()
+    assert record["best"] == "trial-002" and (tmp_path / "sweep" / records.BEST_FILE).is_file()  # best on validation
+    assert record["ranked_by"] == "validation_accuracy" and record["trials"][0]["accuracy"] > record["trials"][2]["accuracy"]
+    assert "best: trial-002 (model.dropout=0.2) validation accuracy 0.9800 (chose), test accuracy 0.5200" in out
     assert "1 trial(s) failed: trial-001" in out
 
 

@@ -68,6 +68,8 @@ EXPECTED = {
     "max_steps_past_int64.yaml": r"training\.max_steps must be a whole number \(at most 2\*\*63 - 1 in size\), got 9223372036854775808",
     "run_dir_nul.yaml": r"run_dir must be a path, got 'runs/a\\x00b'",
     "threads_past_int64.yaml": r"tasks\.all\.intra_op_threads must be 'auto' or a whole number",
+    "validation_split_too_large.yaml": r"data\.validation_examples must be between 0 and 50000 \(MNIST's training set "
+                                       r"has 60,000 images\), got 60000",
 }
 
 

@@ -117,3 +117,69 @@ def test_autograph_leaves_the_map_functions_alone(tmp_path, monkeypatch):
         tf.data.Dataset.range(3).map(mapped)
     assert "mapped" in converted
     assert not {"read_whole_split", "_to_features"} & set(converted), converted
+
+
+def training_rows(data_dir, pipelines, held_out, count=100, batch=5):
+    """Every row of the decoded copy (image i is filled with i) that `pipelines` training pipelines (one per
+    worker, as the strategies shard) see in one epoch."""
+    seen = []
+    for pipeline_id in range(pipelines):
+        context = tf.distribute.InputContext(pipelines, pipeline_id, pipelines) if pipelines > 1 else None
+        dataset = input_fn(TRAIN, context, data_dir=str(data_dir), batch_size_per_replica=batch, shuffle_buffer=1000,
+                           validation_examples=held_out)
+        epoch = (count - held_out) // pipelines // batch
+        seen.append([round(pixel * 255) for features, _ in dataset.take(epoch)
+                     for pixel in features["image"].numpy()[:, 0, 0, 0]])
+    return seen
+
+
+def validation_rows(data_dir, held_out, context=None):
+    dataset = input_fn(EVAL, context, data_dir=str(data_dir), batch_size_per_replica=5, eval_batch_size=7,
+                       validation_examples=held_out, eval_split="validation")
+    return [round(pixel * 255) for features, _ in dataset for pixel in features["image"].numpy()[:, 0, 0, 0]]
+
+
+@pytest.mark.parametrize("pipelines", [1, 2, 4], ids=["one_device", "two_workers", "four_workers"])
+def test_the_validation_split_is_the_last_rows_and_no_training_shard_holds_one(tmp_path, pipelines):
+    write_copy(tmp_path, count=100)
+    shards = training_rows(tmp_path, pipelines, held_out=20)
+    assert sorted(row for shard in shards for row in shard) == list(range(80))  # each training row once
+    assert all(len(shard) == len(set(shard)) for shard in shards)
+    assert validation_rows(tmp_path, 20) == list(range(80, 100))
+
+
+def test_every_task_scores_the_same_validation_rows_whatever_its_input_context(tmp_path):
+    # The evaluator of a cluster, the one-process job and any worker all read the whole split, unsharded.
+    write_copy(tmp_path, count=100)
+    contexts = [None, tf.distribute.InputContext(2, 0, 2), tf.distribute.InputContext(4, 3, 4)]
+    assert [validation_rows(tmp_path, 20, context) for context in contexts] == [list(range(80, 100))] * 3
+
+
+def test_without_a_validation_split_training_reads_every_row(tmp_path):
+    write_copy(tmp_path, count=100)
+    assert sorted(row for shard in training_rows(tmp_path, 2, held_out=0) for row in shard) == list(range(100))
+    images, labels = load_split_numpy("train", str(tmp_path))
+    assert labels.tolist() == [i % 10 for i in range(100)] and images[:, 0, 0, 0].tolist() == list(range(100))
+
+
+def test_the_decoded_copy_is_cut_into_training_and_validation_rows(tmp_path):
+    write_copy(tmp_path)
+    train_images, _ = load_split_numpy("train", str(tmp_path), validation_examples=4)
+    held_images, held_labels = load_split_numpy("validation", str(tmp_path), validation_examples=4)
+    assert train_images[:, 0, 0, 0].tolist() == list(range(8)) and held_images[:, 0, 0, 0].tolist() == [8, 9, 10, 11]
+    assert held_labels.tolist() == [8, 9, 0, 1]
+    trained = input_fn(TRAIN, None, data_dir=str(tmp_path), batch_size_per_replica=8, validation_examples=4)
+    _, labels = next(iter(trained))
+    assert sorted(labels.numpy().tolist()) == sorted(i % 10 for i in range(8))  # one epoch: rows 0-7 only
+    scored = input_fn(EVAL, None, data_dir=str(tmp_path), batch_size_per_replica=8, validation_examples=4,
+                      eval_split="validation")
+    assert np.concatenate([labels.numpy() for _, labels in scored]).tolist() == [8, 9, 0, 1]
+    test_images, _ = load_split_numpy("test", str(tmp_path), validation_examples=4)  # the test split stays whole
+    assert len(test_images) == 12
+
+
+def test_holding_out_every_training_image_names_the_key_and_the_fix(tmp_path):
+    write_copy(tmp_path)
+    with pytest.raises(UsageError, match=r"data.validation_examples is 12 but the decoded training copy in .* has "
+                                         r"only 12 images; hold out fewer \(at most 11\)"):
+        input_fn(TRAIN, None, data_dir=str(tmp_path), batch_size_per_replica=8, validation_examples=12)

@@ -5,9 +5,11 @@ import threading
 import time
 
 import numpy as np
+import pytest
+import tensorflow as tf
 
 from estimator_mnist.checkpoints import read_eval_results
-from estimator_mnist.evaluator import SavedModelExporter, evaluate_checkpoints
+from estimator_mnist.evaluator import MSG_BEST_BY_TEST, SavedModelExporter, evaluate_checkpoints
 from tests.unit.fakes import tiny_estimator
 
 
@@ -46,7 +48,7 @@ def test_the_best_exporter_exports_only_a_lower_loss_and_remembers_it_across_res
 
 def test_evaluator_scores_new_checkpoints_and_the_final_one_without_waiting_out_the_throttle(tmp_path):
     config, estimator, train_spec, eval_spec = tiny_estimator(
-        tmp_path, cluster={"chief": ["localhost:1"], "evaluator": "localhost"},
+        tmp_path, cluster={"chief": ["localhost:1"], "evaluator": "localhost"}, data={"validation_examples": 16},
         evaluation={"batch_size": 32, "throttle_secs": 3600, "start_delay_secs": 0})
     estimator.train(train_spec.input_fn, max_steps=2)
     done = threading.Event()
@@ -66,4 +68,62 @@ def test_evaluator_scores_new_checkpoints_and_the_final_one_without_waiting_out_
     records = read_eval_results(config.model_dir)
     assert [r["global_step"] for r in records] == [2, 4]
     assert records[-1]["final"] is True and os.path.isdir(records[-1]["export"])
+    assert all(0 <= r["validation_accuracy"] <= 1 and r["validation_loss"] > 0 for r in records)  # the task scores both
     evaluator.join()
+
+
+class ScriptedEstimator:
+    """Answers the exporter's validation evaluation with scripted losses; writes TensorBoard events in `model_dir`."""
+
+    def __init__(self, model_dir, losses):
+        self.model_dir, self.losses, self.calls = str(model_dir), list(losses), []
+
+    def evaluate(self, input_fn, steps, checkpoint_path, name):
+        self.calls.append((input_fn, steps, checkpoint_path, name))
+        return {"accuracy": np.float32(0.75), "loss": np.float32(self.losses.pop(0)), "global_step": np.int64(1)}
+
+    def eval_dir(self):
+        return os.path.join(self.model_dir, "eval")
+
+
+def test_with_a_split_best_exports_on_the_validation_loss_never_the_test_loss(tmp_path, capsys):
+    exported = []
+    recorder = SavedModelExporter("best", None, str(tmp_path / "eval_results.jsonl"), 3, True,
+                                  _exporter(tmp_path, True, exported)._export_fn,
+                                  validation_input_fn="the validation input_fn")
+    # The test loss falls at every step, the validation loss rises after step 10: only step 10 is exported.
+    estimator = ScriptedEstimator(tmp_path, [0.3, 0.4, 0.5])
+    for step, test_loss in ((10, 1.0), (20, 0.5), (30, 0.1)):
+        recorder.export(estimator, "x", f"ckpt-{step}", _result(step, test_loss), step == 30)
+    assert exported == ["ckpt-10"]
+    assert [c[2:] for c in estimator.calls] == [(f"ckpt-{s}", "validation") for s in (10, 20, 30)]
+    records = read_eval_results(str(tmp_path))
+    assert [(r["accuracy"], r["loss"]) for r in records] == [(0.5, 1.0), (0.5, 0.5), (0.5, pytest.approx(0.1))]
+    assert [(r["validation_accuracy"], r["validation_loss"]) for r in records] == \
+        [(0.75, pytest.approx(0.3)), (0.75, pytest.approx(0.4)), (0.75, pytest.approx(0.5))]
+    logged = capsys.readouterr().err
+    assert "test_accuracy=0.5000 test_loss=1.0000 validation_accuracy=0.7500 validation_loss=0.3000" in logged
+    assert MSG_BEST_BY_TEST not in logged
+    tags = {v.tag for path in (tmp_path / "eval").iterdir() for event in tf.compat.v1.train.summary_iterator(str(path))
+            for v in event.summary.value}
+    assert tags == {"validation_accuracy", "validation_loss"}
+
+
+def test_without_a_split_best_says_once_that_it_picks_by_test_loss(tmp_path, capsys):
+    recorder = _exporter(tmp_path, True, [])
+    for step in (10, 20):
+        recorder.export(None, "x", f"ckpt-{step}", _result(step, 1.0 / step), False)
+    assert capsys.readouterr().err.count(MSG_BEST_BY_TEST) == 1
+    assert all("validation_accuracy" not in r for r in read_eval_results(str(tmp_path)))
+
+
+def test_the_one_process_job_scores_the_validation_split_and_the_test_set_at_each_evaluation(tmp_path):
+    config, estimator, train_spec, eval_spec = tiny_estimator(
+        tmp_path, data={"validation_examples": 16}, evaluation={"batch_size": 32, "throttle_secs": 0})
+    tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)  # the sweep trials' path
+    records = read_eval_results(config.model_dir)
+    assert records and records[-1]["global_step"] == 4 and records[-1]["final"]
+    for record in records:
+        assert 0 <= record["accuracy"] <= 1 and 0 <= record["validation_accuracy"] <= 1
+        assert record["loss"] > 0 and record["validation_loss"] > 0
+    assert os.path.isdir(os.path.join(config.model_dir, "eval_validation"))  # Estimator's own events of the split
