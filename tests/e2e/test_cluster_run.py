@@ -142,7 +142,7 @@ def test_a_stopped_worker_is_a_stall_that_restarts(tmp_path, mnist_data_dir):
     # stall_timeout_secs), or the stopped task's own parent process, which ends it and exits 200 saying why.
     assert restart["failed_task"] == "worker:1", out
     own_log = "".join(p.read_text(errors="replace") for p in (tmp_path / "run" / "logs").glob("*/worker-1.log"))
-    assert "stopped by a signal" in restart["reason"] or \
-        "task worker:1: its TensorFlow process" in own_log and "has been stopped by a signal" in own_log, out
+    assert "stopped by a signal" in restart["reason"] or (
+        "task worker:1: its TensorFlow process" in own_log and "has been stopped by a signal" in own_log), out
     assert summary["global_step"] == 120
     assert not pids_alive(summary["all_pids"])
