@@ -6,6 +6,7 @@ import time
 import pytest
 
 from estimator_mnist.checkpoints import latest_step
+from estimator_mnist.progress import read_progress
 from tests.e2e.test_multi_host import hosts, log_of, write  # noqa: F401  (hosts is the fixture)
 
 OPERATION_TIMEOUT_MS = 10000
@@ -28,8 +29,14 @@ def test_a_lost_ps_host_ends_every_trainer_retryably_naming_the_ps(tmp_path, mni
     path = write(tmp_path, PS_LOST, mnist_data_dir, strategy=strategy, timeout=OPERATION_TIMEOUT_MS, save=20)
     procs = {task: hosts.start(HOST_OF[task], ["train", "--cluster", str(path), "--task", task],
                                tmp_path / f"{task.replace(':', '-')}.log") for task in HOST_OF}
+    def both_training():
+        # Both trainers past their first step: a sync-ps chief can make the 20 steps alone while the worker
+        # (started 5 s later by Estimator) still forms its session, which would then wait out its own timeout.
+        records = read_progress(str(tmp_path / "run"))
+        return all((records.get(t) or {}).get("local_step", 0) >= 1 for t in ("chief:0", "worker:0"))
+
     deadline = time.monotonic() + 300
-    while (latest_step(str(tmp_path / "model")) or 0) < 20 and time.monotonic() < deadline:
+    while ((latest_step(str(tmp_path / "model")) or 0) < 20 or not both_training()) and time.monotonic() < deadline:
         assert all(p.poll() is None for p in procs.values()), {t: log_of(tmp_path, t)[-2000:] for t in procs}
         time.sleep(0.2)
     hosts.link("b", up=False)
