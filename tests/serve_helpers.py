@@ -44,15 +44,17 @@ class Server:
     def predict(self, body, name: str = "mnist", **kwargs) -> requests.Response:
         return requests.post(self.url(f"/v1/models/{name}:predict"), json=body, timeout=60, **kwargs)
 
-    def wait_for_version(self, version: int, timeout: float = 60) -> dict:
+    def wait_for_version(self, version: int, timeout: float = 60, state: str = "AVAILABLE") -> dict:
+        """The status once `version` is in `state` (AVAILABLE: the newest, served; END: unloaded, as Serving
+        passes through UNLOADING while requests still hold it)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             status = requests.get(self.url("/v1/models/mnist"), timeout=10)
-            if status.ok and {"version": str(version), "state": "AVAILABLE"}.items() <= \
-                    status.json()["model_version_status"][0].items():
+            entries = status.json().get("model_version_status", []) if status.ok else []
+            if any({"version": str(version), "state": state}.items() <= entry.items() for entry in entries):
                 return status.json()
             time.sleep(0.2)
-        raise AssertionError(f"version {version} was not served within {timeout} s")
+        raise AssertionError(f"version {version} did not reach {state} within {timeout} s")
 
     def stop(self, timeout: float = 60) -> int:
         """Ctrl-C, as a user stops it; its exit code."""

@@ -148,7 +148,9 @@ def test_a_newer_export_is_served_without_a_restart_and_the_info_names_it(served
     server = served["server"]
     newer = str(served["model_dir"] / "export" / "latest" / Path(served["newer"]).name)
     os.rename(served["newer"], newer)
-    status = server.wait_for_version(int(Path(newer).name))
+    server.wait_for_version(int(Path(newer).name))
+    status = server.wait_for_version(int(Path(served["first"]).name), state="END", timeout=30)
+    assert status["model_version_status"][0]["version"] == Path(newer).name
     assert status["model_version_status"][1] == {"version": Path(served["first"]).name, "state": "END",
                                                   "status": {"error_code": "OK", "error_message": ""}}
     answer = server.predict({"instances": [b64(served["files"][0])]})
