@@ -38,11 +38,9 @@ import sys
 import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
-import psutil
-
 from . import checkpoints
 from .errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE
-from .launch.processes import describe_exit, die_with_parent
+from .launch.processes import describe_exit, die_with_parent, stopped_by_signal
 from .peers import describe_missing, missing_peers, peers_of
 from .progress import FRESH_SECS, read_progress
 from .task_plan import TaskPlan
@@ -114,15 +112,9 @@ class TaskParent:
         if self.child is not None and self.child.poll() is None:
             os.kill(self.child.pid, signum)
 
-    def _child_is_stopped(self) -> bool:
-        try:
-            return psutil.Process(self.child.pid).status() == psutil.STATUS_STOPPED
-        except psutil.Error:
-            return False
-
     def stopped_too_long(self) -> bool:
         """True (the child killed, the reason logged) once the child has been stopped by a signal for stall_secs."""
-        if not self._child_is_stopped():
+        if not stopped_by_signal(self.child.pid, with_children=False):
             self.stopped_since = None
             return False
         now = self._clock()

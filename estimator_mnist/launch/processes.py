@@ -33,6 +33,17 @@ def die_with_parent() -> None:
         pass  # not Linux: the process-group cleanup still applies.
 
 
+def stopped_by_signal(pid: int, with_children: bool = True) -> bool:
+    """The process (or, with_children, any of its descendants) is stopped by a signal: state T (SIGSTOP, a
+    debugger). False for a process that is gone."""
+    try:
+        process = psutil.Process(pid)
+        family = [process, *process.children(recursive=True)] if with_children else [process]
+        return any(p.status() == psutil.STATUS_STOPPED for p in family)
+    except psutil.Error:
+        return False
+
+
 def describe_exit(code: Optional[int]) -> str:
     if code is None:
         return "still running"
@@ -72,11 +83,7 @@ class TaskProcess:
 
     def is_stopped_by_signal(self) -> bool:
         """SIGSTOPped (state T), the task or its TensorFlow child: alive but making no progress."""
-        try:
-            task = psutil.Process(self.pid)
-            return any(p.status() == psutil.STATUS_STOPPED for p in [task, *task.children(recursive=True)])
-        except psutil.Error:
-            return False
+        return stopped_by_signal(self.pid)
 
     def tail(self, count=5) -> List[str]:
         try:
