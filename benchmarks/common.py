@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from estimator_mnist.errors import USAGE_EXIT_CODE
-from estimator_mnist.hosts import free_loopback_ports
+from estimator_mnist.plan.hosts import free_loopback_ports
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "config" / "local.yaml"

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from estimator_mnist.hosts import free_loopback_ports
+from estimator_mnist.plan.hosts import free_loopback_ports
 from estimator_mnist.progress import read_progress
 from estimator_mnist.run_summary import collect
 

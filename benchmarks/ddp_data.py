@@ -19,7 +19,7 @@ from typing import List
 import numpy as np
 import tensorflow as tf
 
-from estimator_mnist.data import IMAGE_KEY, input_fn
+from estimator_mnist.tf_task.data import IMAGE_KEY, input_fn
 
 
 def _as_uint8(images) -> np.ndarray:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import psutil
 
+from estimator_mnist.launch.group import task_of_command
 from estimator_mnist.launch.processes import descendants, living_pids
 from estimator_mnist.progress import read_progress
 
@@ -38,11 +39,11 @@ def task_pids(launcher_pid: int) -> dict:
     result = {}
     for pid in descendants(launcher_pid):
         try:
-            args = psutil.Process(pid).cmdline()
+            task = task_of_command(psutil.Process(pid).cmdline())
         except psutil.Error:
             continue
-        if "train" in args and "--task" in args[:-1]:
-            result[args[args.index("--task") + 1]] = pid
+        if task is not None:
+            result[task] = pid
     return result
 
 

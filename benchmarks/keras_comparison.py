@@ -69,7 +69,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from estimator_mnist.config import load_config
-from estimator_mnist.task_plan import plan_task, resolve_precision
+from estimator_mnist.plan.task_plan import plan_task
 
 from common import DEFAULT_CONFIG, REPO, Shape, benchmark_parser
 from comparison_figures import Run
@@ -98,7 +98,7 @@ def read_defaults(cpu_bfloat16: Optional[bool] = None) -> Defaults:
     config = load_config(str(DEFAULT_CONFIG))
     cluster = config.cluster
     # This is a CPU benchmark: 'auto' resolves as it does for a task that sees no GPU.
-    precision = resolve_precision(plan_task(config, cluster.chief_task, cpu_bfloat16=cpu_bfloat16), [])
+    precision = plan_task(config, cluster.chief_task, cpu_bfloat16=cpu_bfloat16).with_precision([]).precision
     return Defaults(data_dir=config.data_dir, batch=config.training.batch_size_per_replica,
                     precision=precision, save_checkpoints_steps=config.training.save_checkpoints_steps,
                     shape=Shape(chief=len(cluster.chief), workers=len(cluster.worker), ps=len(cluster.ps),

@@ -2,8 +2,8 @@
 
 This is what TensorFlow recommends instead of Estimator, so it is what
 benchmarks/keras_comparison.py measures the trainer against. It is given the
-same work as the trainer: the same network (estimator_mnist.model.build_network),
-the same input pipeline and shards (estimator_mnist.data.input_fn, fed the
+same work as the trainer: the same network (estimator_mnist.tf_model.network.build_network),
+the same input pipeline and shards (estimator_mnist.tf_task.data.input_fn, fed the
 strategy's input context exactly as Estimator feeds it), the same per-worker
 batch, Adam with the same constant learning rate, the same number of steps and
 the same thread settings.
@@ -49,8 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def train(args, tf, writer: ProgressWriter):
     """The network after `args.steps` steps of fit, each recorded by `writer`."""
-    from estimator_mnist.data import IMAGE_KEY, input_fn  # pylint: disable=import-outside-toplevel
-    from estimator_mnist.model import build_network  # pylint: disable=import-outside-toplevel
+    from estimator_mnist.tf_task.data import IMAGE_KEY, input_fn  # pylint: disable=import-outside-toplevel
+    from estimator_mnist.tf_model.network import build_network  # pylint: disable=import-outside-toplevel
 
     tf.config.threading.set_intra_op_parallelism_threads(args.intra)
     tf.config.threading.set_inter_op_parallelism_threads(args.inter)
@@ -80,7 +80,7 @@ def train(args, tf, writer: ProgressWriter):
 
 
 def evaluate_accuracy(network, tf, data_dir: str, batch: int) -> float:
-    from estimator_mnist.data import IMAGE_KEY, input_fn  # pylint: disable=import-outside-toplevel
+    from estimator_mnist.tf_task.data import IMAGE_KEY, input_fn  # pylint: disable=import-outside-toplevel
 
     correct = total = 0
     for features, labels in input_fn(tf.estimator.ModeKeys.EVAL, data_dir=data_dir, batch_size_per_replica=batch):

@@ -42,7 +42,7 @@ def main(argv=None) -> int:
 
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
-    from estimator_mnist.data import input_fn  # pylint: disable=import-outside-toplevel
+    from estimator_mnist.tf_task.data import input_fn  # pylint: disable=import-outside-toplevel
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)

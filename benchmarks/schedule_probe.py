@@ -7,7 +7,7 @@ machine, in float32 (what CPUs without bfloat16 train in), and much faster
 than by the cluster: one process trains the classic CNN on the global batch
 with Keras's training loop and scores the whole 10k test set every --every
 steps. The learning rate is the trainer's own model.lr_schedule:
-warmup_cosine (estimator_mnist.model computes it: a tenth of the peak rising
+warmup_cosine (estimator_mnist.tf_task.model computes it: a tenth of the peak rising
 to it over --warmup steps, then cosine to 0 at --steps). The targets are
 smoothed as model.label_smoothing does, and the score is that of the moving
 average of the weights the evaluator restores (model.weight_average_decay);
@@ -52,7 +52,7 @@ class WeightAverage:
     """weight_average.py's moving average, kept beside a Keras network's weights and swapped in to be scored."""
 
     def __init__(self, tf, weights, decay: float):
-        from estimator_mnist.weight_average import warmed_up_decay  # pylint: disable=import-outside-toplevel
+        from estimator_mnist.tf_task.weight_average import warmed_up_decay  # pylint: disable=import-outside-toplevel
 
         self._warmed_up_decay, self._weights, self.decay = warmed_up_decay, weights, decay
         self._averages = [tf.Variable(w, trainable=False) for w in weights]
@@ -81,8 +81,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
-    from estimator_mnist.data import IMAGE_KEY, input_fn  # pylint: disable=import-outside-toplevel
-    from estimator_mnist.model import (  # pylint: disable=import-outside-toplevel
+    from estimator_mnist.tf_task.data import IMAGE_KEY, input_fn  # pylint: disable=import-outside-toplevel
+    from estimator_mnist.tf_task.model import (  # pylint: disable=import-outside-toplevel
         NUM_CLASSES, _learning_rate, build_network)
 
     tf.random.set_seed(args.seed)

@@ -26,8 +26,8 @@ import numpy as np
 import psutil
 import requests
 
-from estimator_mnist.cpu import cpu_kind, cpu_model
-from estimator_mnist.hosts import free_loopback_ports
+from estimator_mnist.plan.cpu import cpu_kind, cpu_model
+from estimator_mnist.plan.hosts import free_loopback_ports
 
 from common import REPO, benchmark_parser
 
@@ -42,7 +42,7 @@ def test_pngs(count: int) -> list:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     from estimator_mnist.config import default_data_dir  # pylint: disable=import-outside-toplevel
-    from estimator_mnist.data import load_split  # pylint: disable=import-outside-toplevel
+    from estimator_mnist.tf_task.data import load_split  # pylint: disable=import-outside-toplevel
 
     images, _ = next(iter(load_split("test", default_data_dir()).batch(count)))
     return [tf.io.encode_png(image).numpy() for image in images]
@@ -53,7 +53,7 @@ def reference(export_dir: str, pngs: list, calls: int) -> dict:
     reference), and the TF1 session Serving uses."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
-    from estimator_mnist.inference import Classifier  # pylint: disable=import-outside-toplevel
+    from estimator_mnist.tf_model.inference import Classifier  # pylint: disable=import-outside-toplevel
 
     serving = tf.saved_model.load(export_dir).signatures["serving_default"]
     tensors = [tf.constant([png]) for png in pngs]
@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     parser.add_argument("--malformed", type=int, default=1000)
     parser.add_argument("--serve-args", default="", help="more flags for serve, e.g. '--batch-timeout-ms 1'")
     args = parser.parse_args(argv)
-    from estimator_mnist.predict import find_export  # pylint: disable=import-outside-toplevel
+    from estimator_mnist.tf_model.predict import find_export  # pylint: disable=import-outside-toplevel
 
     export_dir = find_export(args.model)
     pngs = test_pngs(args.digits)

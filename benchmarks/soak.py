@@ -32,6 +32,7 @@ from typing import Dict, List
 
 import psutil
 
+from estimator_mnist.launch.group import task_of_command
 from estimator_mnist.launch.processes import descendants
 from estimator_mnist.progress import read_progress
 
@@ -44,16 +45,17 @@ THREAD_GROWTH_LIMIT, RSS_GROWTH_LIMIT, FD_GROWTH_LIMIT, ACCURACY_GOAL = 50, 0.10
 
 
 def tensorflow_processes(launcher_pid: int) -> Dict[str, psutil.Process]:
-    """{task: process} of the launcher's TensorFlow children (`train --ready-fd ...`)."""
+    """{task: process} of the launcher's TensorFlow processes (`python -m estimator_mnist.tf_task`, each the child
+    of its task's `train --spec FILE`)."""
     found = {}
     for pid in descendants(launcher_pid):
         try:
             process = psutil.Process(pid)
-            args = process.cmdline()
+            task = task_of_command(process.cmdline())
+            if task is not None:
+                found.update({task: c for c in process.children() if "estimator_mnist.tf_task" in c.cmdline()})
         except psutil.Error:
             continue
-        if "train" in args and "--ready-fd" in args and "--task" in args[:-1]:
-            found[args[args.index("--task") + 1]] = process
     return found
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import commands
-from .sweep.stopping import RULES as STOP_RULES
-from .errors import INTERRUPTED_EXIT_CODE, USAGE_EXIT_CODE, UsageError
+from estimator_mnist import commands
+from estimator_mnist.sweep.stopping import RULES as STOP_RULES
+from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, USAGE_EXIT_CODE, UsageError
 
 SUPPORTED_PYTHON = ((3, 9), (3, 11))
 ERR_PYTHON = ("Python {version} is not supported: this needs Python 3.9, 3.10 or 3.11 (TensorFlow 2.15, the last "
@@ -191,9 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("train", commands.cmd_train, "run one task; without --task the TF_CONFIG environment variable names it")
     p.add_argument("--cluster", metavar="FILE", help="the cluster YAML (optional when TF_CONFIG is set)")
     p.add_argument("--task", metavar="TYPE:INDEX", help="e.g. chief:0, worker:1, evaluator:0")
-    p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)  # set by train's parent for its child
-    # Also for the child: the CPUs its parent planned from, before the parent pinned itself to its share.
-    p.add_argument("--usable-cpus", help=argparse.SUPPRESS)
+    p.add_argument("--spec", metavar="FILE", help="the task's TaskSpec, as `launch` writes it beside the task's log; "
+                                                  "nothing else with it")
     _paths(p)
 
     p = add("tf-config", commands.cmd_tf_config, "print the TF_CONFIG JSON of one task, to export on its machine")

@@ -8,21 +8,19 @@ applied, so bad input is rejected in well under a second.
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import os
 import sys
 
-from .errors import FAILURE_EXIT_CODE, PermanentFailure, UsageError
+from estimator_mnist.errors import FAILURE_EXIT_CODE, PermanentFailure, UsageError
 
-ERR_TRAIN_INPUT = ("train needs --cluster FILE (with --task TYPE:INDEX unless the file names a single trainer), or a "
-                   "TF_CONFIG environment variable (as Kubeflow's TFJob sets it)")
+ERR_SPEC_ALONE = "train --spec FILE takes no other input flags (got {flags}): the spec holds the whole task"
 PREPARE_LOG = "prepare-data.log"  # in data_dir: TensorFlow's and TFDS's output while preparing
 
 
 def load(args):
     """The frozen config of --cluster with the --set overrides and the path flags."""
-    from .config import load_config
+    from estimator_mnist.config import load_config
 
     return load_config(args.cluster, getattr(args, "overrides", None) or (), **path_flags(args))
 
@@ -39,84 +37,72 @@ def cmd_validate(args) -> int:
 
 
 def cmd_tf_config(args) -> int:
-    from .topology import build_tf_config, parse_task
-
-    config = load(args)
-    print(json.dumps(build_tf_config(config.cluster, parse_task(args.task, config.cluster, args.cluster))))
+    """The TF_CONFIG part of the task's TaskSpec: what its TensorFlow process sets, from the same resolution."""
+    spec = resolve(args).spec()
+    if spec.tf_config is None:
+        print(f"estimator-mnist: {spec.plan.task} runs {spec.config.strategy.name} in one process, with no cluster: "
+              "its TensorFlow process sets no TF_CONFIG", file=sys.stderr, flush=True)
+        print("{}")
+        return 0
+    print(json.dumps(spec.tf_config))
     return 0
 
 
-def _config_and_task(args):
-    """(config, task, tf_config or None, operator, notes, own_cpus): from --cluster and --task, from the TF_CONFIG
-    environment variable (the YAML supplies everything but the cluster), from Slurm's step environment under
-    srun (slurm/environment.py), or a single-process job with none of them. `operator`: a cluster manager
-    gave the task its GPUs (count, do not mask); `own_cpus`: the CPUs it gave the task alone, or None."""
-    from .config import apply_overrides, config_from_dict, read_yaml
-    from .topology import parse_task
-    from .slurm.environment import from_slurm, in_slurm_step
-    from .tf_config_env import from_tf_config, single_process
+def resolve(args):
+    """train's and tf-config's ResolvedTask: --cluster, --task, --set and the path flags, TF_CONFIG or Slurm."""
+    from estimator_mnist.plan.task_source import resolve_task
 
-    if args.task is not None:
-        if args.cluster is None:
-            raise UsageError("train --task needs --cluster FILE, the YAML that defines the task")
-        config = load(args)
-        return config, parse_task(args.task, config.cluster, args.cluster), None, False, (), None
-    data = apply_overrides(read_yaml(args.cluster) if args.cluster else {}, args.overrides or ())
-    data.update({k: v for k, v in path_flags(args).items() if v is not None})
-    label = args.cluster or "TF_CONFIG"
-    env, own_cpus = os.environ.get("TF_CONFIG"), None
-    if env:
-        data, task, tf_config, operator, note = from_tf_config(data, env)
-    elif args.cluster is None:
-        raise UsageError(ERR_TRAIN_INPUT)
-    elif in_slurm_step(os.environ):
-        data, task, note, step = from_slurm(data, args.cluster, os.environ)
-        tf_config, operator, own_cpus = None, step.gpus_by_slurm, step.cpus_per_task
-    else:
-        (data, task, note), tf_config, operator = single_process(data, args.cluster), None, False
-    return config_from_dict(data, label), task, tf_config, operator, (note,) if note else (), own_cpus
+    return resolve_task(args.cluster, getattr(args, "task", None), tuple(getattr(args, "overrides", None) or ()),
+                        path_flags(args), os.environ)
 
 
 def cmd_train(args) -> int:
-    """The parent (task_process.py) without --ready-fd; the child that runs TensorFlow with it."""
-    from .cpu import usable_cpus
-    from .hosts import all_on_loopback
-    from .task_plan import apply_to_this_process, plan_task
+    """Resolves the task's TaskSpec once (or reads the one `launch` wrote), then runs its TensorFlow process."""
+    from estimator_mnist.plan.hosts import all_on_loopback
+    from estimator_mnist.plan.task_plan import apply_to_this_process
 
-    config, task, tf_config, operator, notes, own_cpus = _config_and_task(args)
-    for note in notes if args.ready_fd is None else ():  # the parent says it; its child reads the same input
+    if args.spec is not None:
+        given = [flag for flag, value in (("--cluster", args.cluster), ("--task", args.task), ("--set", args.overrides),
+                                          *((f"--{k.replace('_', '-')}", v) for k, v in path_flags(args).items()))
+                 if value]
+        if given:
+            raise UsageError(ERR_SPEC_ALONE.format(flags=", ".join(given)))
+        from estimator_mnist.plan.task_spec import read_spec
+
+        spec, resolved = read_spec(args.spec), None
+    else:
+        resolved = resolve(args)
+        spec = resolved.spec()
+    for note in spec.notes:
         print(f"estimator-mnist: {note}", file=sys.stderr, flush=True)
-    # The child plans from the CPUs its parent saw, not from the share the parent pinned itself (and it) to.
-    cpu_set = tuple(int(c) for c in args.usable_cpus.split(",")) if args.usable_cpus else usable_cpus()
-    plan = plan_task(config, task, tf_config, cpu_set=cpu_set, gpus_from_pod=operator, own_cpus=own_cpus)
-    given_tf_config = os.environ.get("TF_CONFIG")  # the child reads the same input as this process did
-    priority = apply_to_this_process(plan)  # before TensorFlow is imported: env, umask, CPU priority
-    if args.ready_fd is not None:
-        return _run_child(config, plan, priority, args.ready_fd)
-    if not _start_allowed(args, config, task, tf_config, operator):
+    apply_to_this_process(spec.plan)  # before anything else: env, cores, umask, CPU priority
+    if resolved is not None and not _start_allowed(resolved, spec):
         return FAILURE_EXIT_CODE
+    config = spec.config
     if not all_on_loopback(config.cluster):
         cluster = config.cluster
         ports = ", ".join(str(cluster.address(t)) for t in cluster.server_tasks())
         print(f"estimator-mnist: warning: TensorFlow's servers accept anyone who reaches {ports}, with no "
               "authentication: allow these ports only from the cluster's own hosts (firewall or private network)",
               file=sys.stderr, flush=True)
-    from .task_process import run_task_process
+    from estimator_mnist.task_process import run_task_process
 
-    return run_task_process(args, plan, config.training.session_creation_timeout_secs,
-                            config.training.preemption_grace_secs, given_tf_config, cpu_set,
-                            (config.run_dir, config.model_dir), config.launcher.stall_timeout_secs)
+    return run_task_process(spec)
 
 
-def _start_allowed(args, config, task, tf_config, operator) -> bool:
+def _start_allowed(resolved, spec) -> bool:
     """Under a cluster manager (no --task), counts the start against the job's restart budget; False past it."""
-    from . import checkpoints
-    from .restart_budget import check_start, job_of
+    from estimator_mnist import checkpoints
+    from estimator_mnist.restart_budget import check_start, job_of
 
-    manager_view = {"environment": "cloud", "cluster": tf_config["cluster"]} if operator and tf_config else None
-    job = None if args.task is not None else job_of(os.environ, manager_view)
+    source, config = resolved.source, spec.config
+    if source.by_hand:
+        return True
+    view = {"environment": "cloud", "cluster": source.tf_config["cluster"]} \
+        if source.gpus_from_manager and source.tf_config else None
+    job = job_of(os.environ, view)
     try:
-        incident = check_start(task, config.cluster, job, config.restart.max_restarts, config.model_dir,
+        incident = check_start(source.task, config.cluster, job, config.restart.max_restarts, config.model_dir,
                                checkpoints.latest_step(config.model_dir))
     except PermanentFailure as exc:
         print(f"estimator-mnist: error: {exc}", file=sys.stderr, flush=True)
@@ -128,37 +114,16 @@ def _start_allowed(args, config, task, tf_config, operator) -> bool:
     return True
 
 
-def _run_child(config, plan, priority, ready_fd) -> int:
-    """Runs TensorFlow; a failure ends the process at once (TensorFlow's threads could hold up a normal exit)."""
-    from .errors import RETRYABLE_EXIT_CODE, RetryableFailure
-
-    # Python's cyclic garbage collector would scan every object TensorFlow's import creates, over and over
-    # while their number grows: six full collections that found 94 objects took 1.0-1.3 s of the 2.7-3.0 s
-    # `import estimator_mnist.runner` takes on an AMD EPYC (Zen 4), 2026-11-23. run_task turns it back on.
-    # Pinned by tests/unit/test_startup_gc.py.
-    gc.disable()
-    from .runner import run_task
-    from .teardown import exit_now
-
-    try:
-        return run_task(config, plan, priority, ready_fd)
-    except RetryableFailure as exc:
-        exit_now(f"error: {exc}", RETRYABLE_EXIT_CODE)
-    except PermanentFailure as exc:
-        exit_now(f"error: {exc}", FAILURE_EXIT_CODE)
-    return FAILURE_EXIT_CODE  # not reached: exit_now does not return
-
-
 def cmd_launch(args) -> int:
-    from .launch import launch
+    from estimator_mnist.launch import launch
 
     config = load(args)
-    return launch(config, cluster_file=os.path.abspath(args.cluster), quiet=args.quiet, overrides=args.overrides or ())
+    return launch(config, cluster_file=os.path.abspath(args.cluster), quiet=args.quiet)
 
 
 def cmd_prepare_data(args) -> int:
-    from .config import default_data_dir
-    from .tf_noise import to_log_file
+    from estimator_mnist.config import default_data_dir
+    from estimator_mnist.startup_noise import to_log_file
 
     data_dir = args.data_dir
     if data_dir is None and args.cluster:
@@ -170,7 +135,7 @@ def cmd_prepare_data(args) -> int:
             console = quiet.enter_context(to_log_file(log_path))
         except OSError:
             console = sys.stderr  # no log file (data_dir not writable): prepare_data names the problem
-        from .data_prep import prepare_data
+        from estimator_mnist.mnist_data.prepare import prepare_data
 
         def log(message):
             print(f"prepare-data: {message}", file=console, flush=True)
@@ -188,19 +153,19 @@ def cmd_prepare_data(args) -> int:
 
 
 def cmd_predict(args) -> int:
-    from .predict import run
+    from estimator_mnist.tf_model.predict import run
 
     return run(args.model, args.files, args.invert, args.json, args.top_k, sys.stdout, sys.stderr)
 
 
 def cmd_serve(args) -> int:
-    from .serve.server import run
+    from estimator_mnist.tf_model.serve.server import run
 
     return run(args)
 
 
 def cmd_summary(args) -> int:
-    from .run_summary import print_summary
+    from estimator_mnist.run_summary import print_summary
 
     return print_summary(args.run_dir, args.json, sys.stdout)
 
@@ -208,14 +173,14 @@ def cmd_summary(args) -> int:
 def cmd_tfjob(args) -> int:
     from pathlib import Path
 
-    from .tfjob import manifest
+    from estimator_mnist.tfjob import manifest
 
     config = load(args)
     text = Path(args.cluster).read_text(encoding="utf-8")
     if args.overrides:
         import yaml
 
-        from .config import apply_overrides, read_yaml
+        from estimator_mnist.config import apply_overrides, read_yaml
 
         text = (f"# {args.cluster} with {' '.join('--set ' + o for o in args.overrides)}\n"
                 + yaml.safe_dump(apply_overrides(read_yaml(args.cluster), args.overrides), sort_keys=False))
@@ -225,7 +190,7 @@ def cmd_tfjob(args) -> int:
 
 
 def cmd_slurm(args) -> int:
-    from .slurm.batch_script import SbatchOptions, render
+    from estimator_mnist.slurm.batch_script import SbatchOptions, render
 
     options = SbatchOptions(job_name=args.job_name, partition=args.partition, time=args.time, account=args.account,
                             nodes=args.nodes, cpus_per_task=args.cpus_per_task, gpus_per_task=args.gpus_per_task,
@@ -235,14 +200,14 @@ def cmd_slurm(args) -> int:
 
 
 def cmd_keys(args) -> int:
-    from .config import configuration_markdown, describe_keys
+    from estimator_mnist.config import configuration_markdown, describe_keys
 
     print(configuration_markdown() if args.markdown else describe_keys(), end="\n" if not args.markdown else "")
     return 0
 
 
 def cmd_sweep(args) -> int:
-    from .sweep.run import build_plan, run_sweep
+    from estimator_mnist.sweep.run import build_plan, run_sweep
 
     plan = build_plan(args.cluster, args.param, samples=args.samples, seed=args.seed, parallel=args.parallel,
                       cores_per_trial=args.cores_per_trial, devices_text=args.devices, early_stop=args.early_stop,
@@ -251,11 +216,11 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_ensemble(args) -> int:
-    from .ensemble_plan import plan_ensemble
-    from .tf_noise import before_import
+    from estimator_mnist.tf_model.ensemble_plan import plan_ensemble
+    from estimator_mnist.startup_noise import before_import
 
     plan = plan_ensemble(args.sweep_dir, args.top, args.devices)  # every refusal before TensorFlow loads
-    before_import()  # TensorFlow's start-up notices say nothing about the ensemble (tf_noise.py)
-    from .ensemble import build_and_export
+    before_import()  # TensorFlow's start-up notices say nothing about the ensemble (startup_noise.py)
+    from estimator_mnist.tf_model.ensemble import build_and_export
 
     return build_and_export(plan, sys.stdout)

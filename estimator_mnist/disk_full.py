@@ -21,8 +21,8 @@ import re
 import shutil
 from typing import Optional
 
-from . import checkpoints
-from .errors import PermanentFailure
+from estimator_mnist import checkpoints
+from estimator_mnist.errors import PermanentFailure
 
 NO_SPACE_TEXTS = ("No space left on device", "Disk quota exceeded")
 ERR_DISK_FULL = ("task {task}: no space left on device writing {what}{path}: it needs {needed} free there, "

@@ -8,14 +8,19 @@ from pathlib import Path
 from typing import Optional
 
 
-def write_json_atomic(path, record, indent: Optional[int] = None) -> Path:
-    """Writes `record` as JSON so that a reader sees the old file or the new one, never half of one."""
+def write_text_atomic(path, text: str) -> Path:
+    """Writes `text` so that a reader sees the old file or the new one, never half of one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record, indent=indent) + "\n", encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def write_json_atomic(path, record, indent: Optional[int] = None) -> Path:
+    """Writes `record` as JSON, atomically (write_text_atomic)."""
+    return write_text_atomic(path, json.dumps(record, indent=indent) + "\n")
 
 
 def read_json(path) -> Optional[dict]:

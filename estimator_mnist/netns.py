@@ -20,8 +20,8 @@ import signal
 import subprocess
 import sys
 
-from .errors import UsageError
-from .hosts import LOOPBACK_HOSTS, all_on_loopback
+from estimator_mnist.errors import UsageError
+from estimator_mnist.plan.hosts import LOOPBACK_HOSTS, all_on_loopback
 
 
 CLONE_NEWNET = 0x40000000  # setns(2)/unshare(2): the network namespace

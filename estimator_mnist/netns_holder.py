@@ -16,8 +16,8 @@ import socket
 import struct
 import sys
 
-from .launch.processes import die_with_parent
-from .netns import CLONE_NEWNET
+from estimator_mnist.launch.processes import die_with_parent
+from estimator_mnist.netns import CLONE_NEWNET
 
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Dict, Optional
 
-from .files import read_json, write_json_atomic
+from estimator_mnist.files import read_json, write_json_atomic
 
 PROGRESS_DIR = "progress"
 WRITE_EVERY_SECS = 2.0

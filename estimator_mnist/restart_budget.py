@@ -27,12 +27,12 @@ import time
 from dataclasses import dataclass
 from typing import List, Mapping, Optional
 
-from .config import ClusterConfig, TaskId
-from .errors import PermanentFailure
+from estimator_mnist.config import ClusterConfig, TaskId
+from estimator_mnist.errors import PermanentFailure
 
 RECORD_FILE = "restart_budget.json"
 JOB_ID_ENV = "ESTIMATOR_MNIST_JOB_ID"  # `tfjob` sets it in every pod: the TFJob's namespace/name and submission
-# The operator's hosts: <job>-<type>-<index>.<namespace>.svc:<port> (tf_config_env.py).
+# The operator's hosts: <job>-<type>-<index>.<namespace>.svc:<port> (cluster_env.py).
 _OPERATOR_HOST = re.compile(r"^(?P<job>[a-z0-9-]+)-(chief|master|worker|ps|evaluator)-\d+\.(?P<ns>[a-z0-9-]+)\.svc")
 
 ERR_BUDGET = ("task {task}: restart budget used up: job {job} has been restarted {count} times "

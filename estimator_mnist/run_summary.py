@@ -13,11 +13,11 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from . import checkpoints
-from .errors import UsageError
-from .files import read_json
-from .progress import PROGRESS_DIR, read_progress
-from .tf_noise import before_import
+from estimator_mnist import checkpoints
+from estimator_mnist.errors import UsageError
+from estimator_mnist.files import read_json
+from estimator_mnist.progress import PROGRESS_DIR, read_progress
+from estimator_mnist.startup_noise import before_import
 
 THRESHOLDS = (0.98, 0.99, 0.992)
 ERR_NOT_A_RUN = ("{path}: neither a run directory nor a model_dir (no run_summary.json, eval_results.jsonl or "

@@ -20,7 +20,8 @@ The parent exists so that a task always ends with a code of the exit table
   itself: its peers only wait for it (a stopped process's kernel still
   accepts their connections), so nothing else would name it, under `launch`
   or not.
-The child reports that its session exists by writing to a pipe (--ready-fd).
+The child takes the task's TaskSpec on its stdin, and reports that its session
+exists by writing to a pipe (--ready-fd).
 
 An evaluator on the trainers' machine starts its child only once a trainer
 has taken a step (or a checkpoint exists): importing TensorFlow and building
@@ -36,15 +37,16 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional
 
-from . import checkpoints
-from .errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE
-from .launch.processes import describe_exit, die_with_parent, stopped_by_signal
-from .peers import describe_missing, missing_peers, peers_of
-from .progress import FRESH_SECS, read_progress
-from .task_plan import TaskPlan
-from .tasklog import log
+from estimator_mnist import checkpoints
+from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE
+from estimator_mnist.launch.processes import describe_exit, die_with_parent, stopped_by_signal
+from estimator_mnist.plan.peers import describe_missing, missing_peers, peers_of
+from estimator_mnist.progress import FRESH_SECS, read_progress
+from estimator_mnist.plan.task_plan import TaskPlan
+from estimator_mnist.plan.task_spec import TaskSpec, spec_environment
+from estimator_mnist.tasklog import log
 
 STOP_GRACE_SECS = 10.0  # after Ctrl-C
 REPEAT_SECS = 2.0  # a SIGTERM this soon after the first is the same request
@@ -69,18 +71,9 @@ def trainers_under_way(run_dir: str, model_dir: str, since: float, now: Optional
     return False
 
 
-def child_command(args, ready_fd: int, cpu_set: Sequence[int] = ()) -> List[str]:
-    """The same `train` command, run as the child that imports TensorFlow, planning from the parent's CPUs."""
-    command = [sys.executable, "-m", "estimator_mnist", "train", "--ready-fd", str(ready_fd)]
-    if cpu_set:
-        command += ["--usable-cpus", ",".join(map(str, cpu_set))]
-    for flag, value in (("--cluster", args.cluster), ("--task", args.task), ("--model-dir", args.model_dir),
-                        ("--data-dir", args.data_dir), ("--run-dir", args.run_dir)):
-        if value is not None:
-            command += [flag, value]
-    for text in args.overrides or ():
-        command += ["--set", text]
-    return command
+def child_command(ready_fd: int) -> List[str]:
+    """The task's TensorFlow process: it takes its TaskSpec on stdin and nothing else (tf_task/__main__.py)."""
+    return [sys.executable, "-m", "estimator_mnist.tf_task", "--ready-fd", str(ready_fd)]
 
 
 def evaluator_gate(run_dir: str, model_dir: str, started: float, clock=time.time) -> Callable[[], bool]:
@@ -166,6 +159,14 @@ class TaskParent:
             time.sleep(GATE_POLL_SECS)
         return False
 
+    def _hand_over(self, spec: bytes) -> None:
+        """Writes the spec to the child's stdin and closes it; a child already gone reports by its exit code."""
+        try:
+            self.child.stdin.write(spec)
+            self.child.stdin.close()
+        except BrokenPipeError:
+            pass
+
     def stop_code(self) -> int:
         """The code of the stop this process was asked for: 130 after Ctrl-C, 200 after SIGTERM."""
         return INTERRUPTED_EXIT_CODE if self.stop_signal == signal.SIGINT else RETRYABLE_EXIT_CODE
@@ -180,14 +181,18 @@ class TaskParent:
             f"{RETRYABLE_EXIT_CODE} (retryable) so that a restart resumes from the last checkpoint")
         return RETRYABLE_EXIT_CODE
 
-    def run(self, command: List[str], ready_write: int, ready_read: int, env: Optional[dict] = None) -> int:
+    def run(self, command: List[str], ready_write: int, ready_read: int, env: Optional[dict] = None,
+            spec: bytes = b"") -> int:
+        """Starts `command` with `spec` on its stdin and waits for it, bounding its start-up and its stops."""
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             if self.start_gate is not None and not self._wait_for_gate():
                 os.close(ready_write)
                 return self.stop_code()  # stopped before its child started: nothing of its work is done
-            self.child = subprocess.Popen(command, pass_fds=(ready_write,), preexec_fn=die_with_parent, env=env)
+            self.child = subprocess.Popen(command, stdin=subprocess.PIPE, pass_fds=(ready_write,),
+                                          preexec_fn=die_with_parent, env=env)
             os.close(ready_write)
+            self._hand_over(spec)
             if self._needs_startup_watchdog() and not self._wait_ready(ready_read):
                 return RETRYABLE_EXIT_CODE
             while self.child.poll() is None:
@@ -202,25 +207,12 @@ class TaskParent:
                 signal.signal(sig, handler)
 
 
-def child_environment(environ, given_tf_config: Optional[str]) -> dict:
-    """This process's environment (its plan applied), with the TF_CONFIG it was given, or none."""
-    env = {k: v for k, v in environ.items() if k != "TF_CONFIG"}
-    if given_tf_config is not None:
-        env["TF_CONFIG"] = given_tf_config
-    return env
-
-
-def run_task_process(args, plan: TaskPlan, session_timeout_secs: float, preemption_grace_secs: float,
-                     given_tf_config: Optional[str] = None, cpu_set: Sequence[int] = (),
-                     dirs: Tuple[str, str] = ("", ""), stall_secs: float = 300.0) -> int:
-    """Runs the task of `args` in a child process and returns the task's exit code.
-
-    The child gets this process's environment (the plan is applied) but the TF_CONFIG this process was given,
-    and the CPUs this process planned from, so that it reads the same input and makes the same plan.
-    `dirs`: (run_dir, model_dir), where an evaluator beside trainers sees them start.
-    """
-    gate = evaluator_gate(*dirs, started=time.time()) if plan.starts_after_trainers else None
+def run_task_process(spec: TaskSpec) -> int:
+    """Runs the task of `spec` in its TensorFlow process, handed the spec on a pipe; returns the task's exit code."""
+    config, plan = spec.config, spec.plan
+    gate = evaluator_gate(config.run_dir, config.model_dir, started=time.time()) if plan.starts_after_trainers else None
     ready_read, ready_write = os.pipe()
-    parent = TaskParent(plan, session_timeout_secs, preemption_grace_secs, gate, stall_secs)
-    return parent.run(child_command(args, ready_write, cpu_set), ready_write, ready_read,
-                      child_environment(os.environ, given_tf_config))
+    parent = TaskParent(plan, config.training.session_creation_timeout_secs, config.training.preemption_grace_secs,
+                        gate, config.launcher.stall_timeout_secs)
+    return parent.run(child_command(ready_write), ready_write, ready_read, spec_environment(os.environ),
+                      spec.to_json().encode())

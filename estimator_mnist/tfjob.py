@@ -25,9 +25,9 @@ import re
 import uuid
 from typing import List
 
-from .config import Config, TaskId
-from .errors import UsageError
-from .restart_budget import JOB_ID_ENV
+from estimator_mnist.config import Config, TaskId
+from estimator_mnist.errors import UsageError
+from estimator_mnist.restart_budget import JOB_ID_ENV
 
 KINDS = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
 CONTAINER, PORT_NAME, DEFAULT_PORT = "tensorflow", "tfjob-port", 2222

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator_mnist.hosts import free_loopback_ports as free_ports  # noqa: F401  (re-exported for the tests)
+from estimator_mnist.plan.hosts import free_loopback_ports as free_ports  # noqa: F401  (re-exported for the tests)
 from estimator_mnist.launch.processes import descendants, living_pids as pids_alive  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent
@@ -111,3 +111,16 @@ def record_autograph_conversions(monkeypatch) -> list:
 
     monkeypatch.setattr(transpiler.PyToPy, "transform_function", recording)
     return converted
+
+
+def planned(config, task, precision="float32", **facts):
+    """The task's plan with `precision` as what it resolved to (TaskPlan.with_precision, as a task's TensorFlow
+    process does it), for tests that build an Estimator without a TaskSpec."""
+    import dataclasses  # pylint: disable=import-outside-toplevel
+
+    from estimator_mnist.plan.task_plan import plan_task  # pylint: disable=import-outside-toplevel
+
+    plan = plan_task(config, task, **facts)
+    evaluation = "auto" if config.evaluation.precision == "training" else "float32"
+    return dataclasses.replace(plan, precision="auto", cpu_precision=precision,
+                               evaluation_precision=evaluation).with_precision([])

@@ -12,8 +12,8 @@ import numpy as np
 def export(export_base: str, seed: int) -> str:
     import tensorflow as tf
 
-    from estimator_mnist.export import signature_defs, write_saved_model
-    from estimator_mnist.model import build_network
+    from estimator_mnist.tf_model.export import signature_defs, write_saved_model
+    from estimator_mnist.tf_model.network import build_network
 
     def build():
         tf.compat.v1.set_random_seed(seed)

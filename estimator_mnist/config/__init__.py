@@ -5,12 +5,12 @@ cluster: the cluster section; rules: cross-field rules; overrides: --set;
 load: YAML to Config; keys: the key table. No TensorFlow anywhere here.
 """
 
-from .keys import configuration_markdown, describe_keys
-from .load import config_from_dict, load_config, read_yaml
-from .overrides import apply_overrides
-from .schema import (IN_GRAPH_STRATEGIES, PS_STRATEGIES, ROLES, TRAINING_ROLES, Address, ClusterConfig, Config,
+from estimator_mnist.config.keys import configuration_markdown, describe_keys
+from estimator_mnist.config.load import config_from_dict, load_config, read_yaml
+from estimator_mnist.config.overrides import apply_overrides
+from estimator_mnist.config.schema import (IN_GRAPH_STRATEGIES, PS_STRATEGIES, ROLES, TRAINING_ROLES, Address, ClusterConfig, Config,
                      TaskId, TaskSettings, default_data_dir)
-from .values import device_index
+from estimator_mnist.config.values import device_index
 
 __all__ = ["Address", "ClusterConfig", "Config", "IN_GRAPH_STRATEGIES", "PS_STRATEGIES", "ROLES", "TRAINING_ROLES",
            "TaskId", "TaskSettings", "apply_overrides", "config_from_dict", "configuration_markdown",

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import re
 
-from ..errors import UsageError
-from .schema import CLUSTER_KEYS, TRAINING_ROLES, Address, ClusterConfig
-from .values import ERR_MISSING_KEY, ERR_TYPE, as_mapping, check_keys
+from estimator_mnist.errors import UsageError
+from estimator_mnist.config.schema import CLUSTER_KEYS, TRAINING_ROLES, Address, ClusterConfig
+from estimator_mnist.config.values import ERR_MISSING_KEY, ERR_TYPE, as_mapping, check_keys
 
 ERR_ADDRESS = "{file}: {key} is {got!r}, not a 'host:port' address; write it like 'localhost:2222' (IPv6: '[::1]:2222')"
 ERR_PORT = "{file}: {key} has port {port}, outside 1-65535; pick a free port in that range"

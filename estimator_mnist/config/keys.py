@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import List, NamedTuple, Optional
 
-from .schema import CLUSTER_KEYS, SECTIONS, StrategyConfig, TaskSettings
+from estimator_mnist.config.schema import CLUSTER_KEYS, SECTIONS, StrategyConfig, TaskSettings
 
 TASK_SELECTOR = "<task>"
 PATH_KEYS = {

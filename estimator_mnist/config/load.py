@@ -10,12 +10,12 @@ import os
 from pathlib import Path
 from typing import Iterable, Optional
 
-from ..errors import UsageError
-from .cluster import parse_cluster
-from .overrides import apply_overrides
-from .rules import check_checkpoints, check_devices, check_strategy_roles, parse_strategy, parse_tasks
-from .schema import SECTIONS, TOP_LEVEL_KEYS, Config, default_data_dir
-from .values import ERR_MISSING_KEY, ERR_TYPE, as_mapping, check_keys, parse_section
+from estimator_mnist.errors import UsageError
+from estimator_mnist.config.cluster import parse_cluster
+from estimator_mnist.config.overrides import apply_overrides
+from estimator_mnist.config.rules import check_checkpoints, check_devices, check_strategy_roles, parse_strategy, parse_tasks
+from estimator_mnist.config.schema import SECTIONS, TOP_LEVEL_KEYS, Config, default_data_dir
+from estimator_mnist.config.values import ERR_MISSING_KEY, ERR_TYPE, as_mapping, check_keys, parse_section
 
 ERR_UNREADABLE = "{file}: cannot read the cluster file ({reason}); pass an existing YAML file with --cluster"
 ERR_PATH = "{file}: {key} {path!r} cannot be used as a path ({reason}); choose another"

@@ -11,9 +11,9 @@ from __future__ import annotations
 import copy
 from typing import Iterable, Tuple
 
-from ..errors import UsageError
-from .keys import all_keys, find_key
-from .values import coerce
+from estimator_mnist.errors import UsageError
+from estimator_mnist.config.keys import all_keys, find_key
+from estimator_mnist.config.values import coerce
 
 ERR_SET_FORMAT = "--set {text!r} is not KEY=VALUE; write it like --set model.learning_rate=0.001"
 ERR_SET_KEY = "--set {key}: unknown key; valid keys (see 'estimator-mnist keys') are: {valid}"

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..errors import UsageError
-from .schema import IN_GRAPH_STRATEGIES, PS_STRATEGIES, STRATEGIES, ClusterConfig, StrategyConfig, TaskSettings
-from .values import ERR_MISSING_KEY, ERR_RANGE, as_mapping, coerce, device_index, parse_values
+from estimator_mnist.errors import UsageError
+from estimator_mnist.config.schema import IN_GRAPH_STRATEGIES, PS_STRATEGIES, STRATEGIES, ClusterConfig, StrategyConfig, TaskSettings
+from estimator_mnist.config.values import ERR_MISSING_KEY, ERR_RANGE, as_mapping, coerce, device_index, parse_values
 
 ERR_STRATEGY_ROLES = "{file}: strategy '{strategy}' {problem}; {fix}"
 ERR_STRATEGY_KEY = "{file}: strategy.{key} applies to strategy {owners} only, not '{strategy}'; remove it or change strategy.name"

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Tuple
 
-from . import values as v
-from .identity import Address, ClusterConfig, TaskId  # noqa: F401  (re-exported: the config's public names)
+from estimator_mnist.config import values as v
+from estimator_mnist.config.identity import Address, ClusterConfig, TaskId  # noqa: F401  (re-exported: the config's public names)
 
 TRAINING_ROLES = ("chief", "worker", "ps")
 ROLES = TRAINING_ROLES + ("evaluator",)

@@ -11,7 +11,7 @@ import math
 import re
 from typing import Mapping
 
-from ..errors import UsageError
+from estimator_mnist.errors import UsageError
 
 # Error messages are constants so tests can match them and users can grep them.
 ERR_NOT_MAPPING = "{file}: {key} must be a mapping of keys to values, got {got}"

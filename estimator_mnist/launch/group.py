@@ -1,4 +1,9 @@
-"""The task processes of one launch: the command and plan of each task, starting and stopping them."""
+"""The task processes of one launch: each task's TaskSpec and command, starting and stopping them.
+
+The launcher makes each task's TaskSpec once and writes it beside the task's
+log; the task is `train --spec FILE`, which hands that same spec to its
+TensorFlow process. Nothing is planned twice.
+"""
 
 from __future__ import annotations
 
@@ -6,44 +11,47 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional
 
-from ..config import Config, TaskId
-from ..task_plan import apply_in_child, child_environment, plan_task
-from .processes import TaskProcess, die_with_parent, signal_group, start_task, stop_processes, wait_for_groups
+from estimator_mnist.config import Config, TaskId
+from estimator_mnist.files import write_text_atomic
+from estimator_mnist.plan.task_plan import apply_in_child, plan_task
+from estimator_mnist.plan.task_spec import TaskSpec, spec_environment
+from estimator_mnist.launch.processes import TaskProcess, die_with_parent, signal_group, start_task, stop_processes, wait_for_groups
+
+SPEC_SUFFIX = ".spec.json"  # beside the task's log: <type>-<index>.spec.json
 
 
 class TaskGroup:
-    def __init__(self, config: Config, cluster_file: str, log_dir: Path, overrides: Sequence[str] = (),
-                 command_for=None, network=None, network_line=None):
+    def __init__(self, config: Config, log_dir: Path, command_for=None, network=None, network_line=None):
         self.config = config
-        self.cluster_file = cluster_file
         self.log_dir = log_dir
-        self.overrides = list(overrides)
         self.network = network  # a PrivateNetwork the tasks join, or None for the machine's network
         self.network_line = network_line
-        self.plans = {task: plan_task(config, task) for task in config.cluster.tasks()}
+        self.specs = {task: TaskSpec(config=config, plan=plan_task(config, task)) for task in config.cluster.tasks()}
         # Tests swap in stand-in tasks; the supervision logic is the same.
         self.command_for = command_for or self.command
         self.processes: Dict[TaskId, TaskProcess] = {}
         self.all_processes: List[TaskProcess] = []
 
+    def spec_path(self, task: TaskId) -> Path:
+        return self.log_dir / f"{task.type}-{task.index}{SPEC_SUFFIX}"
+
     def command(self, task: TaskId) -> List[str]:
-        c = self.config
-        sets = [arg for text in self.overrides for arg in ("--set", text)]
-        return [sys.executable, "-m", "estimator_mnist", "train", "--cluster", self.cluster_file, "--task", str(task),
-                "--model-dir", c.model_dir, "--data-dir", c.data_dir, "--run-dir", c.run_dir, *sets]
+        return [sys.executable, "-m", "estimator_mnist", "train", "--spec", str(self.spec_path(task))]
 
     def _preexec(self, task: TaskId) -> None:
         """Runs in each task between fork and exec: the plan's umask and priority before even Python starts,
         so that importing TensorFlow in the evaluator does not compete with the trainers' start-up."""
         die_with_parent()
-        apply_in_child(self.plans[task])
+        apply_in_child(self.specs[task].plan)
         if self.network is not None:
             self.network.join()
 
     def start(self, task: TaskId) -> TaskProcess:
-        process = start_task(task, self.command_for(task), child_environment(self.plans[task], os.environ),
+        """Writes the task's spec (again at a restart: the same text), then starts its command."""
+        write_text_atomic(self.spec_path(task), self.specs[task].to_json() + "\n")
+        process = start_task(task, self.command_for(task), spec_environment(os.environ),
                              self.log_dir / f"{task.type}-{task.index}.log", lambda: self._preexec(task))
         self.processes[task] = process
         self.all_processes.append(process)
@@ -63,3 +71,21 @@ class TaskGroup:
         if self.network is not None:
             self.network.close()
         return stopped
+
+
+def task_of_command(cmdline: List[str]) -> Optional[str]:
+    """The task ("chief:0") of a `train` process as `launch` starts it (`train --spec .../chief-0.spec.json`) or as
+    started by hand (`train ... --task chief:0`); None for any other command line. For people and tools that
+    look at the process table (benchmarks/soak.py, the fault-injection benchmark, the e2e tests)."""
+    if "train" not in cmdline:
+        return None
+    for flag in ("--spec", "--task"):
+        if flag in cmdline[:-1]:
+            value = cmdline[cmdline.index(flag) + 1]
+            if flag == "--task":
+                return value
+            name = Path(value).name
+            if name.endswith(SPEC_SUFFIX) and "-" in name:
+                role, index = name[:-len(SPEC_SUFFIX)].rsplit("-", 1)
+                return f"{role}:{index}"
+    return None

@@ -11,29 +11,28 @@ from __future__ import annotations
 import signal
 import time
 from pathlib import Path
-from typing import Sequence
 
-from .. import checkpoints, netns
-from ..config import Config
-from ..data_prep import ERR_NOT_PREPARED, is_prepared
-from ..errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE, UsageError
-from ..hosts import check_local, check_ports_free
-from .group import TaskGroup
-from .monitor import Monitor
-from .report import Console, build_summary, final_line, write_summary
-from .restarts import Restarts
-from .supervisor import RunFailed, Supervisor, TaskFailure
+from estimator_mnist import checkpoints, netns
+from estimator_mnist.config import Config
+from estimator_mnist.mnist_data.prepare import ERR_NOT_PREPARED, is_prepared
+from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE, UsageError
+from estimator_mnist.plan.hosts import check_local, check_ports_free
+from estimator_mnist.launch.group import TaskGroup
+from estimator_mnist.launch.monitor import Monitor
+from estimator_mnist.launch.report import Console, build_summary, final_line, write_summary
+from estimator_mnist.launch.restarts import Restarts
+from estimator_mnist.launch.supervisor import RunFailed, Supervisor, TaskFailure
 
 
 class Launcher:
     def __init__(self, config: Config, cluster_file: str, quiet: bool = False, out=None, command_for=None,
-                 network=None, network_line=None, overrides: Sequence[str] = ()):
+                 network=None, network_line=None):
         self.config = config
         self.cluster_file = cluster_file
         self.launch_time = time.time()
         self.console = Console(out, quiet, self.launch_time)
         log_dir = Path(config.run_dir, "logs", time.strftime("%Y%m%d-%H%M%S"))
-        self.group = TaskGroup(config, cluster_file, log_dir, overrides, command_for, network, network_line)
+        self.group = TaskGroup(config, log_dir, command_for, network, network_line)
         self.monitor = Monitor(config, self.launch_time)
         self.supervisor = Supervisor(config, self.group, self.monitor, self.console)
         self.restarts = Restarts(config, self.launch_time)
@@ -127,12 +126,11 @@ class Launcher:
         return code
 
 
-def launch(config: Config, cluster_file: str, quiet: bool = False, out=None, command_for=None,
-           overrides: Sequence[str] = ()) -> int:
+def launch(config: Config, cluster_file: str, quiet: bool = False, out=None, command_for=None) -> int:
     check_local(config.cluster, cluster_file)
     if not is_prepared(config.data_dir):
         raise UsageError(ERR_NOT_PREPARED.format(data_dir=config.data_dir, reason="no prepared dataset found"))
-    launcher = Launcher(config, cluster_file, quiet=quiet, out=out, command_for=command_for, overrides=overrides)
+    launcher = Launcher(config, cluster_file, quiet=quiet, out=out, command_for=command_for)
     step = checkpoints.latest_step(config.model_dir)
     if step is not None and step >= config.training.max_steps and (
             launcher.monitor.final_evaluation() is not None or config.cluster.evaluator is None):

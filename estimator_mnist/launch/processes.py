@@ -20,7 +20,7 @@ from typing import Callable, Iterable, List, Optional
 
 import psutil
 
-from ..config import TaskId
+from estimator_mnist.config import TaskId
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 from typing import List
 
-from .. import checkpoints
-from ..config import Config, TaskId
-from ..hosts import port_in_use
-from ..restart_budget import Job, RestartBudget
-from .supervisor import RunFailed, Supervisor, TaskFailure
+from estimator_mnist import checkpoints
+from estimator_mnist.config import Config, TaskId
+from estimator_mnist.plan.hosts import port_in_use
+from estimator_mnist.restart_budget import Job, RestartBudget
+from estimator_mnist.launch.supervisor import RunFailed, Supervisor, TaskFailure
 
 PORT_RELEASE_SECS = 60
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 import time
 from typing import Dict, List, Optional
 
-from .. import checkpoints
-from ..config import Config, TaskId
-from ..errors import RETRYABLE_EXIT_CODE
-from .group import TaskGroup
-from .monitor import Monitor
-from .processes import describe_exit
-from .report import Console
+from estimator_mnist import checkpoints
+from estimator_mnist.config import Config, TaskId
+from estimator_mnist.errors import RETRYABLE_EXIT_CODE
+from estimator_mnist.launch.group import TaskGroup
+from estimator_mnist.launch.monitor import Monitor
+from estimator_mnist.launch.processes import describe_exit
+from estimator_mnist.launch.report import Console
 
 POLL_SECS = 0.5
 

@@ -25,9 +25,9 @@ import sys
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
-from ..config import Config
-from ..errors import UsageError
-from .environment import ordered_tasks
+from estimator_mnist.config import Config
+from estimator_mnist.errors import UsageError
+from estimator_mnist.slurm.environment import ordered_tasks
 
 SIGNAL_MARGIN_SECS = 30  # after preemption_grace_secs: the step ends, the requeue is asked for
 OWN_OPTIONS = {  # sbatch options the script sets itself: what to use instead
@@ -92,7 +92,7 @@ def _directives(config: Config, name: str, options: SbatchOptions) -> list:
 def render(config: Config, file: str, overrides: Sequence[str], options: SbatchOptions,
            python: str = sys.executable) -> str:
     """The batch script for `config` (read from `file` with `overrides`)."""
-    from .script_body import BODY  # pylint: disable=import-outside-toplevel
+    from estimator_mnist.slurm.script_body import BODY  # pylint: disable=import-outside-toplevel
 
     check_options(config, file, options)
     name = options.job_name or os.path.splitext(os.path.basename(file))[0].lower().replace("_", "-")

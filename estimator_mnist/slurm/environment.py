@@ -18,9 +18,10 @@ import socket
 from dataclasses import dataclass
 from typing import Callable, List, Mapping, Optional, Tuple
 
-from ..config import TaskId
-from ..errors import UsageError
-from .hostlist import expand_hostlist, expand_tasks_per_node
+from estimator_mnist.config import TaskId
+from estimator_mnist.errors import UsageError
+from estimator_mnist.plan.task_source import TaskSource
+from estimator_mnist.slurm.hostlist import expand_hostlist, expand_tasks_per_node
 
 ROLE_ORDER = ("chief", "evaluator", "worker", "ps")  # the evaluator beside the chief: the trainers spread out
 PORT_BASE, PORT_SLOTS, PORT_STRIDE = 16384, 512, 32  # ports 16384-32767
@@ -140,9 +141,9 @@ def step_cluster(step: SlurmStep, tasks: List[TaskId], file: str,
 
 
 def from_slurm(data: dict, file: str, environ: Mapping[str, str],
-               resolver: Callable = socket.getaddrinfo) -> Tuple[dict, TaskId, str, SlurmStep]:
-    """(YAML data with the step's cluster, this task, the note for the task's first log line, the step)."""
-    from ..config.cluster import parse_cluster  # pylint: disable=import-outside-toplevel
+               resolver: Callable = socket.getaddrinfo) -> TaskSource:
+    """This task of the step: the YAML data with the step's nodes as its cluster, the GPUs and CPUs Slurm gave it."""
+    from estimator_mnist.config.cluster import parse_cluster  # pylint: disable=import-outside-toplevel
 
     if data.get("cluster") is None:
         raise UsageError(ERR_NO_CLUSTER.format(file=file))
@@ -152,4 +153,5 @@ def from_slurm(data: dict, file: str, environ: Mapping[str, str],
                       for t in ordered_tasks(list(nodes)))
     note = (f"Slurm job {step.job_id} step {step.step_id}: this is {task} (rank {step.rank} on {step.node}); the "
             f"YAML's hosts are replaced by the step's nodes, ports from SLURM_JOB_ID: {where}")
-    return {**data, "cluster": cluster}, task, note, step
+    return TaskSource(data={**data, "cluster": cluster}, task=task, gpus_from_manager=step.gpus_by_slurm,
+                      own_cpus=step.cpus_per_task, note=note)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import List
 
-from ..errors import UsageError
+from estimator_mnist.errors import UsageError
 
 ERR_HOSTLIST = ("{var} is {got!r}, not a Slurm host list such as 'n[1-3,5]' or 'a1,b[01-02]'; run train under srun, "
                 "or pass --task TYPE:INDEX")

@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 from typing import Dict
 
-from .. import checkpoints
-from ..config import load_config
-from ..files import write_json_atomic
-from ..launch.monitor import Monitor
-from ..launch.report import SUMMARY_FILE, Console
-from ..progress import read_progress
+from estimator_mnist import checkpoints
+from estimator_mnist.config import load_config
+from estimator_mnist.files import write_json_atomic
+from estimator_mnist.launch.monitor import Monitor
+from estimator_mnist.launch.report import SUMMARY_FILE, Console
+from estimator_mnist.progress import read_progress
 
 POLL_SECS = 1.0
 

@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import List, Mapping, Optional, Sequence, Tuple
 
-from ..cpu import usable_cpus
-from ..errors import UsageError
+from estimator_mnist.plan.cpu import usable_cpus
+from estimator_mnist.errors import UsageError
 
 ERR_DEVICE = ("--devices {text!r}: {item!r} is not a device; write GPUs as gpu:0,gpu:1 or core sets as "
               "cpu:0-1,cpu:2-3 (cpu:N for one core, cpu:0+2 for cores apart)")

@@ -20,10 +20,10 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ..errors import UsageError
-from ..files import read_json, write_json_atomic
-from .space import as_overrides
-from .stopping import NAMES
+from estimator_mnist.errors import UsageError
+from estimator_mnist.files import read_json, write_json_atomic
+from estimator_mnist.sweep.space import as_overrides
+from estimator_mnist.sweep.stopping import NAMES
 
 SWEEP_FILE, CSV_FILE, BEST_FILE = "sweep.json", "sweep.csv", "best.yaml"
 DONE_STATES = ("finished", "stopped")  # a re-run skips these; any other state is (re)started, from its checkpoints
@@ -123,7 +123,7 @@ def best_yaml(base_data: dict, base_file: str, best: dict, sweep_dir, batch: int
     """The base YAML with the best trial's values, its cluster kept, and a comment on what one process tuned."""
     import yaml  # Imported here so `--help` stays instant.
 
-    from ..config import apply_overrides
+    from estimator_mnist.config import apply_overrides
 
     data = apply_overrides(base_data, as_overrides(best["values"]))
     values = " ".join(as_overrides(best["values"]))

@@ -6,16 +6,16 @@ import os
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..config import config_from_dict, read_yaml
-from ..data_prep import ERR_NOT_PREPARED, is_prepared
-from ..errors import UsageError
-from ..run_summary import THRESHOLDS
-from . import records
-from .devices import choose_devices
-from .scheduler import SweepPlan, SweepRunner
-from .space import expand, parse_params
-from .table import SweepConsole
-from .trials import command, make_trial
+from estimator_mnist.config import config_from_dict, read_yaml
+from estimator_mnist.mnist_data.prepare import ERR_NOT_PREPARED, is_prepared
+from estimator_mnist.errors import UsageError
+from estimator_mnist.run_summary import THRESHOLDS
+from estimator_mnist.sweep import records
+from estimator_mnist.sweep.devices import choose_devices
+from estimator_mnist.sweep.scheduler import SweepPlan, SweepRunner
+from estimator_mnist.sweep.space import expand, parse_params
+from estimator_mnist.sweep.table import SweepConsole
+from estimator_mnist.sweep.trials import command, make_trial
 
 ERR_SWEEP_DIR = "--sweep-dir {dir}: {reason}; give a directory this user can create and write"
 

@@ -18,12 +18,12 @@ from typing import Callable, Dict, List, Optional
 
 import psutil
 
-from ..errors import INTERRUPTED_EXIT_CODE
-from ..launch.processes import TaskProcess, describe_exit, stop_processes
-from . import records, trials
-from .devices import Device
-from .stopping import median_verdict
-from .table import SweepConsole
+from estimator_mnist.errors import INTERRUPTED_EXIT_CODE
+from estimator_mnist.launch.processes import TaskProcess, describe_exit, stop_processes
+from estimator_mnist.sweep import records, trials
+from estimator_mnist.sweep.devices import Device
+from estimator_mnist.sweep.stopping import median_verdict
+from estimator_mnist.sweep.table import SweepConsole
 
 POLL_SECS = 1.0
 EARLY_STOP_GRACE_SECS = 3  # a condemned trial's checkpoints are not needed

@@ -14,9 +14,9 @@ import random
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..config.keys import all_keys, find_key
-from ..config.values import coerce
-from ..errors import UsageError
+from estimator_mnist.config.keys import all_keys, find_key
+from estimator_mnist.config.values import coerce
+from estimator_mnist.errors import UsageError
 
 SWEPT_SECTIONS = ("model", "training", "evaluation", "session")
 RANGE_KINDS = ("uniform", "loguniform", "int")

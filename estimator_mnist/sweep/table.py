@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from typing import Dict, List
 
-from .space import as_overrides
+from estimator_mnist.sweep.space import as_overrides
 
 UP_AND_CLEAR = "\x1b[{n}F\x1b[J"  # cursor up n lines to their start, clear to the end of the screen
 TABLE_EVERY_SECS = 2.0

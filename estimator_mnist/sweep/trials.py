@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List
 
-from .. import checkpoints
-from ..config import TaskId, apply_overrides, config_from_dict
-from ..files import write_json_atomic
-from ..launch.processes import TaskProcess, die_with_parent, start_task
-from ..progress import read_progress
-from .devices import Device
-from .space import as_overrides
+from estimator_mnist import checkpoints
+from estimator_mnist.config import TaskId, apply_overrides, config_from_dict
+from estimator_mnist.files import write_json_atomic
+from estimator_mnist.launch.processes import TaskProcess, die_with_parent, start_task
+from estimator_mnist.progress import read_progress
+from estimator_mnist.sweep.devices import Device
+from estimator_mnist.sweep.space import as_overrides
 
 TRIAL_FILE, LOG_FILE, SUMMARY_FILE = "trial.yaml", "trial.log", "run_summary.json"
 UNUSED_ADDRESS = "localhost:2222"  # a single-process job starts no server: the port is never opened
@@ -132,8 +132,8 @@ def live(trial: Trial) -> dict:
 
 def outcome(trial: Trial) -> dict:
     """Final accuracy, time to each threshold, images/s: the run summary of the trial's directory."""
-    from ..errors import UsageError
-    from ..run_summary import collect
+    from estimator_mnist.errors import UsageError
+    from estimator_mnist.run_summary import collect
 
     if not (trial.directory / "progress").is_dir():
         return {}

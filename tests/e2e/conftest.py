@@ -6,7 +6,7 @@ import pytest
 @pytest.fixture(scope="session")
 def mnist_data_dir():
     from estimator_mnist.config import default_data_dir
-    from estimator_mnist.data_prep import prepare_data
+    from estimator_mnist.mnist_data.prepare import prepare_data
 
     data_dir = default_data_dir()
     print(prepare_data(data_dir, log=lambda m: print(f"prepare-data: {m}")))

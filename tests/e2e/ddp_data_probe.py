@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from estimator_mnist.data import IMAGE_KEY, input_fn
+from estimator_mnist.tf_task.data import IMAGE_KEY, input_fn
 from tests.helpers import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))

@@ -11,6 +11,7 @@ import pytest
 
 import psutil
 
+from estimator_mnist.launch.group import task_of_command
 from tests.helpers import CLUSTER_YAML, REPO, descendants, pids_alive, start_launch, write_cluster
 
 
@@ -19,11 +20,15 @@ def task_pid(launcher_pid: int, task: str, tensorflow: bool = False):
     """The task's process as the launcher started it (`train`'s parent), or its TensorFlow child."""
     for pid in descendants(launcher_pid):
         try:
-            cmdline = psutil.Process(pid).cmdline()
+            process = psutil.Process(pid)
+            if task_of_command(process.cmdline()) != task:
+                continue
+            if not tensorflow:
+                return pid
+            children = [c.pid for c in process.children() if "estimator_mnist.tf_task" in c.cmdline()]
+            return children[0] if children else None
         except psutil.Error:
             continue
-        if task in cmdline and "train" in cmdline and ("--ready-fd" in cmdline) == tensorflow:
-            return pid
     return None
 
 

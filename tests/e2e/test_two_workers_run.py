@@ -32,7 +32,7 @@ def test_digits(run, mnist_data_dir, tmp_path_factory):
     """The first test digits as PNG files, with their labels and the float batch."""
     import tensorflow as tf
 
-    from estimator_mnist.data import load_split
+    from estimator_mnist.tf_task.data import load_split
 
     images, labels = next(iter(load_split("test", mnist_data_dir).batch(DIGITS)))
     folder = tmp_path_factory.mktemp("digits")

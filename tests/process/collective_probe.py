@@ -10,7 +10,9 @@ import os
 import sys
 
 from estimator_mnist.config import TaskId, config_from_dict
-from estimator_mnist.task_plan import apply_to_this_process, plan_task
+from estimator_mnist.plan.task_plan import apply_to_this_process, plan_task
+from estimator_mnist.plan.task_spec import TaskSpec
+from estimator_mnist.tf_task.__main__ import set_tf_config
 
 
 def main() -> int:
@@ -19,10 +21,11 @@ def main() -> int:
                                             "collective_timeout_secs": 42}}, "t")
     plan = plan_task(config, TaskId("worker", 0))
     apply_to_this_process(plan)
+    set_tf_config(TaskSpec(config, plan))  # as the task's TensorFlow process does
     assert "TF_CONFIG" in os.environ
     import tensorflow as tf  # after the plan, as in a task
 
-    from estimator_mnist.strategy import build_train_strategy
+    from estimator_mnist.tf_task.strategy import build_train_strategy
 
     tf.compat.v1.disable_eager_execution()
     strategy = build_train_strategy(config, plan)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from estimator_mnist import decoded_mnist
+from estimator_mnist.mnist_data import decoded as decoded_mnist
 from estimator_mnist.config import config_from_dict
 from estimator_mnist.launch import Launcher
 

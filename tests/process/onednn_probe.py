@@ -4,7 +4,7 @@
 """
 
 from estimator_mnist.config import TaskId, config_from_dict
-from estimator_mnist.task_plan import apply_to_this_process, plan_task
+from estimator_mnist.plan.task_plan import apply_to_this_process, plan_task
 
 CONFIG = config_from_dict({"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"]}}, "onednn_probe.yaml")
 

@@ -8,7 +8,7 @@ import os
 import sys
 import threading
 
-from estimator_mnist.cpu import lower_cpu_priority
+from estimator_mnist.plan.cpu import lower_cpu_priority
 
 
 def main(setting: str) -> int:

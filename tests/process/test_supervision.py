@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from estimator_mnist.plan.task_spec import read_spec
 from estimator_mnist.errors import UsageError
 from estimator_mnist.launch import launch
 from estimator_mnist.launch.processes import describe_exit
@@ -146,22 +147,26 @@ def test_run_files_are_not_writable_by_other_users(tmp_path):
 
 
 
-def test_each_launched_task_runs_with_its_plan(tmp_path, monkeypatch):
-    """GPU mask, placement log level and umask reach the processes; the launcher's TF_CONFIG does not."""
+def test_each_launched_task_gets_its_spec_and_not_the_launcher_s_tf_config(tmp_path, monkeypatch):
+    """Each task's TaskSpec is written beside its log (GPU mask, placement log level); the umask reaches the
+    process before it starts; the launcher's TF_CONFIG does not."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     monkeypatch.setenv("TF_CONFIG", "{}")
     config = make_config(tmp_path, tasks={"worker": {"gpus": [2, 3]}, "evaluator": {"gpus": []}},
                          session={"log_device_placement": True})
     code, out, summary, _, _ = run(config, HEALTHY)
     assert code == 0, out
-    first = {task: json.loads(Path(info["log"]).read_text().splitlines()[0].split(" env=", 1)[1])
-             for task, info in summary["tasks"].items()}
-    assert first["chief:0"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"  # no gpus: inherited
-    assert first["worker:0"]["CUDA_VISIBLE_DEVICES"] == "2,3"
-    assert first["evaluator:0"]["CUDA_VISIBLE_DEVICES"] == "-1"  # [] hides every GPU
-    assert all(env["TF_CPP_MIN_LOG_LEVEL"] == "0" for env in first.values())  # placement lines are INFO logs
+    logs = {task: Path(info["log"]) for task, info in summary["tasks"].items()}
+    first = {task: json.loads(log.read_text().splitlines()[0].split(" env=", 1)[1]) for task, log in logs.items()}
     assert all(env["TF_CONFIG"] is None for env in first.values())
-    assert all(" umask=027 " in Path(info["log"]).read_text().splitlines()[0] for info in summary["tasks"].values())
+    assert all(" umask=027 " in log.read_text().splitlines()[0] for log in logs.values())
+    specs = {task: read_spec(str(log.with_name(log.stem + ".spec.json"))) for task, log in logs.items()}
+    env = {task: dict(spec.plan.env) for task, spec in specs.items()}
+    assert "CUDA_VISIBLE_DEVICES" not in env["chief:0"]  # no gpus: inherited
+    assert env["worker:0"]["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert env["evaluator:0"]["CUDA_VISIBLE_DEVICES"] == "-1"  # [] hides every GPU
+    assert all(e["TF_CPP_MIN_LOG_LEVEL"] == "0" for e in env.values())  # placement lines are INFO logs
+    assert all(spec.config == config and str(spec.plan.task) == task for task, spec in specs.items())
 
 
 def test_summary_times_come_from_the_trainers_records(tmp_path):

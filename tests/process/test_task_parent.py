@@ -9,7 +9,7 @@ import pytest
 
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE
-from estimator_mnist.task_plan import plan_task
+from estimator_mnist.plan.task_plan import plan_task
 from estimator_mnist.task_process import TaskParent
 
 CONFIG = config_from_dict({"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"], "evaluator": "localhost"}},

@@ -18,13 +18,13 @@ def main() -> int:
     intra = int(sys.argv[1])
     config = config_from_dict({"cluster": {"chief": ["localhost:1"]}, "strategy": "one_device",
                                "tasks": {"all": {"intra_op_threads": intra, "inter_op_threads": 1}}}, "t")
-    from estimator_mnist.task_plan import apply_to_this_process, plan_task
+    from estimator_mnist.plan.task_plan import apply_to_this_process, plan_task
 
     plan = plan_task(config, TaskId("chief", 0))
     apply_to_this_process(plan)
     import tensorflow as tf  # after the plan, as in a task
 
-    from estimator_mnist.strategy import configure_devices, session_config
+    from estimator_mnist.tf_task.strategy import configure_devices, session_config
 
     configure_devices(plan)
     tf.config.list_logical_devices()  # runner.first_log_line lists them before any session exists
@@ -32,7 +32,7 @@ def main() -> int:
         images = tf.random.uniform([256, 28, 28, 32])
         kernel = tf.random.uniform([5, 5, 32, 64])
         total = tf.reduce_sum(tf.nn.conv2d(images, kernel, 1, "SAME"))
-        with tf.compat.v1.Session(config=session_config(config, plan, "float32")) as session:
+        with tf.compat.v1.Session(config=session_config(config, plan)) as session:
             session.run(total)  # warm-up: kernels chosen, buffers allocated
             cpu0, wall0 = time.process_time(), time.monotonic()
             while time.monotonic() - wall0 < 2.0:

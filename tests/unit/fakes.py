@@ -21,9 +21,8 @@ def dataset_of(images, labels):
 def tiny_estimator(tmp_path, **sections):
     """(config, estimator, train_spec, eval_spec) of a chief-only run of 4 steps of 8 fake images, checkpoints
     every 2; `sections` add or replace config sections (e.g. evaluation={...})."""
-    from estimator_mnist import runner  # pylint: disable=import-outside-toplevel
+    from estimator_mnist.tf_task import runner  # pylint: disable=import-outside-toplevel
     from estimator_mnist.config import TaskId, config_from_dict  # pylint: disable=import-outside-toplevel
-    from estimator_mnist.task_plan import plan_task  # pylint: disable=import-outside-toplevel
 
     images, labels = fake_mnist(64)
     config = config_from_dict({
@@ -31,6 +30,8 @@ def tiny_estimator(tmp_path, **sections):
         "training": {"batch_size_per_replica": 8, "max_steps": 4, "save_checkpoints_steps": 2},
         "model_dir": str(tmp_path / "model"), **sections,
     }, "test")
-    estimator = runner.build_estimator(config, plan_task(config, TaskId("chief", 0)))
+    from tests.helpers import planned  # pylint: disable=import-outside-toplevel
+
+    estimator = runner.build_estimator(config, planned(config, TaskId("chief", 0)))
     train_spec, eval_spec = runner.train_and_eval_specs(config, make_dataset=lambda split: dataset_of(images, labels))
     return config, estimator, train_spec, eval_spec

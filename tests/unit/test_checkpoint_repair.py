@@ -6,8 +6,8 @@ import threading
 import pytest
 import tensorflow as tf
 
-from estimator_mnist import checkpoint_repair
-from estimator_mnist.checkpoint_repair import fall_back_to_intact, verify_checkpoint
+from estimator_mnist.tf_task import checkpoint_repair
+from estimator_mnist.tf_task.checkpoint_repair import fall_back_to_intact, verify_checkpoint
 
 
 def _save_checkpoints(model_dir, steps=(10, 20, 30)):

@@ -8,8 +8,9 @@ from estimator_mnist.config import TaskId
 def test_task_and_cluster_give_the_yaml_task(tmp_path):
     args = cli.build_parser().parse_args(["train", "--cluster", "config/local.yaml", "--task", "worker:0",
                                           "--run-dir", str(tmp_path)])
-    config, task, tf_config, _, _, _ = commands._config_and_task(args)
-    assert task == TaskId("worker", 0) and tf_config is None and config.run_dir == str(tmp_path)
+    resolved = commands.resolve(args)
+    assert resolved.task == TaskId("worker", 0) and resolved.source.tf_config is None and resolved.source.by_hand
+    assert resolved.config.run_dir == str(tmp_path)
 
 
 def test_argparse_s_own_errors_are_one_line_too(capsys):

@@ -1,6 +1,6 @@
 """cpu.threads_per_core: whether the usable CPUs are cores of their own, from the kernel's topology files."""
 
-from estimator_mnist.cpu import threads_per_core
+from estimator_mnist.plan.cpu import threads_per_core
 
 
 def fake_sysfs(tmp_path, siblings):

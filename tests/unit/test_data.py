@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_mnist import decoded_mnist
-from estimator_mnist.data import input_fn, load_split_numpy
+from estimator_mnist.mnist_data import decoded as decoded_mnist
+from estimator_mnist.mnist_data.arrays import load_split_numpy
+from estimator_mnist.tf_task.data import input_fn
 from estimator_mnist.errors import UsageError
 from tests.helpers import record_autograph_conversions
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_mnist import digits
+from estimator_mnist.tf_model import digits
 
 
 def mnist_like():

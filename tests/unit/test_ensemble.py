@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_mnist.ensemble import build_and_export
-from estimator_mnist.ensemble_plan import EnsemblePlan, Member
-from estimator_mnist.ensemble_report import CPU_ONLY, LOGICAL_CPUS, devices_note
-from estimator_mnist.inference import Classifier
-from estimator_mnist.model import build_network
+from estimator_mnist.tf_model.ensemble import build_and_export
+from estimator_mnist.tf_model.ensemble_plan import EnsemblePlan, Member
+from estimator_mnist.tf_model.ensemble_report import CPU_ONLY, LOGICAL_CPUS, devices_note
+from estimator_mnist.tf_model.inference import Classifier
+from estimator_mnist.tf_model.network import build_network
 from estimator_mnist.sweep import records
 
 NETWORKS = ("classic_cnn", "tutorial_cnn")

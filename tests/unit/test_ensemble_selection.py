@@ -4,7 +4,7 @@ from the best member, never ends below it, leaves out a member that only hurts, 
 import numpy as np
 import pytest
 
-from estimator_mnist.ensemble_selection import greedy_selection, weighted_average
+from estimator_mnist.tf_model.ensemble_selection import greedy_selection, weighted_average
 
 
 def two_class(correct):

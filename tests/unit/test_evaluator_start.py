@@ -5,7 +5,7 @@ import signal
 
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.progress import ProgressWriter, progress_path
-from estimator_mnist.task_plan import plan_task
+from estimator_mnist.plan.task_plan import plan_task
 from estimator_mnist.task_process import GATE_MAX_SECS, TaskParent, child_command, evaluator_gate, trainers_under_way
 
 CONFIG = config_from_dict({"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"], "evaluator": "localhost"}},
@@ -66,11 +66,10 @@ def test_the_gate_opens_and_the_child_runs(tmp_path):
     assert parent.run(["true"], ready_write, ready_read) == 0 and len(calls) == 3
 
 
-def test_the_child_plans_from_the_parent_s_cpus():
-    class Args:
-        cluster, task, model_dir, data_dir, run_dir, overrides = "c.yaml", "chief:0", None, None, None, ()
-    command = child_command(Args, 7, (0, 1))
-    assert command[command.index("--usable-cpus") + 1] == "0,1" and "--usable-cpus" not in child_command(Args, 7)
+def test_the_child_takes_its_spec_and_nothing_else():
+    """No --cluster, --task, --set or paths: the TaskSpec on its stdin is the whole task."""
+    command = child_command(7)
+    assert command[1:] == ["-m", "estimator_mnist.tf_task", "--ready-fd", "7"]
 
 
 def test_the_gate_opens_at_the_latest_after_its_maximum(tmp_path):

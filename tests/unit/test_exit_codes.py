@@ -6,9 +6,10 @@ import pytest
 
 from estimator_mnist import errors
 from estimator_mnist.config import TaskId, config_from_dict
-from estimator_mnist.peers import cause_of, named_in, peers_of
-from estimator_mnist.task_plan import plan_task
-from estimator_mnist.task_process import TaskParent, child_environment
+from estimator_mnist.plan.peers import cause_of, named_in, peers_of
+from estimator_mnist.plan.task_plan import plan_task
+from estimator_mnist.plan.task_spec import spec_environment
+from estimator_mnist.task_process import TaskParent
 
 CONFIG = config_from_dict({"cluster": {"chief": ["192.0.2.1:2222"], "worker": ["192.0.2.2:2222"]}}, "t.yaml")
 PLAN = plan_task(CONFIG, TaskId("chief", 0))
@@ -61,12 +62,10 @@ def test_usage_retryable_and_permanent_failures_are_one_line():
         assert str(kind("a\n  b")) == "a b"
 
 
-def test_the_child_reads_the_tf_config_the_parent_was_given():
-    """The parent's applied plan rewrites TF_CONFIG (evaluator taken out); the child must see the original."""
-    applied = {"TF_CONFIG": '{"cluster": {"chief": ["w0:1"]}}', "CUDA_VISIBLE_DEVICES": "1"}
+def test_the_child_never_inherits_a_tf_config():
+    """The TensorFlow process sets its TF_CONFIG from its spec alone (tf_task/__main__.py)."""
     given = '{"cluster": {"worker": ["w0:1"], "evaluator": ["e:1"]}, "task": {"type": "evaluator"}}'
-    assert child_environment(applied, given) == {"TF_CONFIG": given, "CUDA_VISIBLE_DEVICES": "1"}
-    assert child_environment(applied, None) == {"CUDA_VISIBLE_DEVICES": "1"}  # --task: the YAML decides
+    assert spec_environment({"TF_CONFIG": given, "CUDA_VISIBLE_DEVICES": "1"}) == {"CUDA_VISIBLE_DEVICES": "1"}
 
 
 @pytest.mark.parametrize("stop_signal, expected", [(signal.SIGTERM, 200), (signal.SIGINT, 130)])

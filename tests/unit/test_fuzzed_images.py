@@ -18,8 +18,8 @@ import tensorflow as tf
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from estimator_mnist import predict
-from estimator_mnist.export import signature_defs, write_saved_model
+from estimator_mnist.tf_model import predict
+from estimator_mnist.tf_model.export import signature_defs, write_saved_model
 
 FILES_PER_CALL = 100
 # A 1x1 GIF89a: TensorFlow decodes GIF but cannot encode it.

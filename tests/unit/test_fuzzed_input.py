@@ -24,7 +24,7 @@ from estimator_mnist.config import apply_overrides, config_from_dict, load_confi
 from estimator_mnist.config.keys import all_keys
 from estimator_mnist.config.schema import CLUSTER_KEYS, ROLES, SECTIONS, STRATEGIES
 from estimator_mnist.errors import UsageError
-from estimator_mnist.task_plan import plan_task
+from estimator_mnist.plan.task_plan import plan_task
 from tests.helpers import REPO
 
 FUZZ = settings(max_examples=300, derandomize=True, database=None, deadline=None,
@@ -211,8 +211,7 @@ def train_input(tf_config: str, cluster=None, sets=()) -> bool:
     os.environ["TF_CONFIG"] = tf_config
     try:
         def validate():
-            config, task, tf_config_out, operator, _, _ = commands._config_and_task(args)
-            plan_task(config, task, tf_config_out, cpu_set=(0, 1), gpus_from_pod=operator)
+            commands.resolve(args).spec(cpu_set=(0, 1))
 
         return accepted_or_one_line(validate)
     finally:

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_mnist import runner
+from tests.helpers import planned
+from estimator_mnist.tf_task import runner
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.errors import UsageError
-from estimator_mnist.gradient_compression import compress_gradients
-from estimator_mnist.task_plan import plan_task
+from estimator_mnist.tf_task.gradient_compression import compress_gradients
 
 W0 = np.array([[1.0, -2.0], [0.5, 3.0]], np.float32)
 # One row per replica (conftest gives this process two logical CPUs).
@@ -77,7 +77,7 @@ def test_compression_reaches_adams_slots_and_the_loss_scale_optimizer():
 def test_the_yaml_key_reaches_the_model_fn(tmp_path):
     config = config_from_dict({"cluster": {"chief": ["localhost:1"]}, "model_dir": str(tmp_path),
                                "strategy": {"name": "mirrored", "gradient_compression": "bf16"}}, "test.yaml")
-    estimator = runner.build_estimator(config, plan_task(config, TaskId("chief", 0)))
+    estimator = runner.build_estimator(config, planned(config, TaskId("chief", 0)))
     assert estimator.params["gradient_compression"] == "bf16"
 
 

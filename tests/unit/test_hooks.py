@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from estimator_mnist import runner
+from tests.helpers import planned
+from estimator_mnist.tf_task import runner
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.progress import progress_path, read_progress
-from estimator_mnist.task_plan import plan_task
-from estimator_mnist.teardown import TeardownWatchdogHook
+from estimator_mnist.tf_task.teardown import TeardownWatchdogHook
 from tests.unit.fakes import dataset_of, fake_mnist
 
 
@@ -25,7 +25,7 @@ def test_a_training_run_writes_its_progress_record_and_images_per_sec_for_tensor
                      "log_step_count_steps": 4},
         "run_dir": str(tmp_path / "run"),
     }, "test")
-    plan = plan_task(config, TaskId("chief", 0))
+    plan = planned(config, TaskId("chief", 0))
     estimator = runner.build_estimator(config, plan)
     # Without the teardown watchdog: once the work is saved it would end this very process.
     hooks = [h for h in runner.training_hooks(config, plan) if not isinstance(h, TeardownWatchdogHook)]
@@ -128,7 +128,7 @@ def test_session_recreation_gives_up_after_the_timeout():
     import tensorflow as tf
     from tensorflow.python.training import monitored_session
 
-    from estimator_mnist.tf_workarounds import bound_session_recreation
+    from estimator_mnist.tf_task.tf_workarounds import bound_session_recreation
 
     class PeerGone:
         calls = 0
@@ -151,7 +151,7 @@ def test_a_close_that_hangs_after_a_lost_peer_is_bounded(monkeypatch):
     import tensorflow as tf
     from tensorflow.python.training import monitored_session
 
-    from estimator_mnist.tf_workarounds import bound_close_after_an_error
+    from estimator_mnist.tf_task.tf_workarounds import bound_close_after_an_error
 
     session_class = monitored_session._MonitoredSession
     monkeypatch.setattr(session_class, "__exit__", session_class.__exit__)  # the test's bound ends with it

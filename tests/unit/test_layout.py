@@ -11,29 +11,16 @@ from tests.helpers import REPO
 
 MAX_MODULE_LINES, MAX_CLASS_LINES, MAX_FUNCTION_LINES = 300, 150, 60
 TREES = ("estimator_mnist", "tests", "benchmarks")
-# Everything that validates input or launches tasks: rejected in under a second, without TensorFlow.
-TF_FREE = ["estimator_mnist.errors", "estimator_mnist.config", "estimator_mnist.config.schema",
-           "estimator_mnist.config.values", "estimator_mnist.config.cluster", "estimator_mnist.config.rules",
-           "estimator_mnist.config.overrides", "estimator_mnist.config.load", "estimator_mnist.config.keys",
-           "estimator_mnist.topology", "estimator_mnist.hosts", "estimator_mnist.tasklog", "estimator_mnist.task_plan", "estimator_mnist.cpu",
-           "estimator_mnist.files", "estimator_mnist.progress", "estimator_mnist.checkpoints", "estimator_mnist.disk_full",
-           "estimator_mnist.netns", "estimator_mnist.netns_holder", "estimator_mnist.peers", "estimator_mnist.task_process",
-           "estimator_mnist.data_prep", "estimator_mnist.decoded_mnist", "estimator_mnist.splits",
-           "estimator_mnist.config.identity", "estimator_mnist.ensemble_selection", "estimator_mnist.ensemble_report", "estimator_mnist.mnist_files", "estimator_mnist.launch",
-           "estimator_mnist.predict", "estimator_mnist.run_summary", "estimator_mnist.tf_noise",
-           "estimator_mnist.tf_config_env", "estimator_mnist.tfjob", "estimator_mnist.ensemble_plan",
-           "estimator_mnist.slurm", "estimator_mnist.slurm.environment", "estimator_mnist.slurm.hostlist",
-           "estimator_mnist.slurm.batch_script", "estimator_mnist.slurm.script_body", "estimator_mnist.slurm.progress",
-           "estimator_mnist.sweep", "estimator_mnist.sweep.run", "estimator_mnist.sweep.space", "estimator_mnist.sweep.devices",
-           "estimator_mnist.sweep.stopping", "estimator_mnist.sweep.records", "estimator_mnist.sweep.trials",
-           "estimator_mnist.sweep.scheduler", "estimator_mnist.sweep.table",
-           "estimator_mnist.launch.processes", "estimator_mnist.launch.group", "estimator_mnist.launch.monitor",
-           "estimator_mnist.launch.supervisor", "estimator_mnist.launch.restarts", "estimator_mnist.launch.report",
-           "estimator_mnist.launch.launcher", "estimator_mnist.commands", "estimator_mnist.cli",
-           "estimator_mnist.serve", "estimator_mnist.serve.serving_errors", "estimator_mnist.serve.json_values",
-           "estimator_mnist.serve.request_json", "estimator_mnist.serve.response_json",
-           "estimator_mnist.serve.versions", "estimator_mnist.serve.batcher", "estimator_mnist.serve.app",
-           "estimator_mnist.serve.server"]
+# The layers, by rule (docs/development.md, "Layout"). TensorFlow is imported only inside these two
+# subpackages; tensorflow-datasets only in data preparation.
+TF_PACKAGES = ("estimator_mnist.tf_task", "estimator_mnist.tf_model")
+TFDS_MODULES = ("estimator_mnist.mnist_data.prepare",)
+# Imports between the layers go one way: the training task builds and exports the model with tf_model,
+# and nothing below it imports what is above it.
+MAY_NOT_IMPORT = {
+    "estimator_mnist.tf_model": ("estimator_mnist.tf_task",),
+    "estimator_mnist.mnist_data": ("estimator_mnist.tf_task", "estimator_mnist.tf_model"),
+}
 
 
 def python_files():
@@ -87,9 +74,102 @@ def test_no_program_lives_inside_a_string():
     assert not found, "run helper programs as modules (python -m), not from strings: " + ", ".join(found)
 
 
+def module_name(path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_modules():
+    return {module_name(p): p for p in sorted((REPO / "estimator_mnist").rglob("*.py")) if p.name != "__main__.py"}
+
+
+def imports_of(path, module_level_only=False):
+    """(line, imported module) for every import in the file, at module level or inside a function."""
+    tree = parsed(path)
+    nodes = tree.body if module_level_only else ast.walk(tree)
+    found = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found += [(node.lineno, node.module)] + [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+    return found
+
+
+def within(name: str, packages) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def test_tensorflow_is_imported_only_inside_the_tensorflow_subpackages():
+    wrong = []
+    for name, path in package_modules().items():
+        for line, imported in imports_of(path):
+            top = imported.split(".")[0]
+            if top == "tensorflow_datasets" and name not in TFDS_MODULES:
+                wrong.append(f"{name}:{line} imports {imported} (only {', '.join(TFDS_MODULES)} may)")
+            elif top == "tensorflow" and not within(name, TF_PACKAGES):
+                wrong.append(f"{name}:{line} imports {imported} (only {', '.join(TF_PACKAGES)} may)")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_imports_between_the_layers_go_one_way():
+    wrong = []
+    for name, path in package_modules().items():
+        for below, forbidden in MAY_NOT_IMPORT.items():
+            if within(name, (below,)):
+                wrong += [f"{name}:{line} imports {imported}" for line, imported in imports_of(path)
+                          if within(imported, forbidden)]
+        if not within(name, TF_PACKAGES):  # before TensorFlow: the TF layers only inside a function, once checked
+            wrong += [f"{name}:{line} imports {imported} at module level" for line, imported
+                      in imports_of(path, module_level_only=True) if within(imported, TF_PACKAGES)]
+    assert not wrong, "\n".join(wrong)
+
+
+# What a task's TensorFlow process must never read: its TaskSpec holds the whole task (plan/task_spec.py).
+CONFIG_READERS = {"read_yaml", "load_config", "config_from_dict", "apply_overrides", "resolve_task"}
+
+
+def test_the_tensorflow_process_reads_no_yaml_no_argv_and_no_caller_s_tf_config():
+    """Inside tf_task, the YAML readers are never imported, sys.argv is never read, and "TF_CONFIG" appears
+    only where its entry point sets it from the spec (tf_task/__main__.py, set_tf_config)."""
+    wrong = []
+    for path in sorted((REPO / "estimator_mnist" / "tf_task").glob("*.py")):
+        tree = parsed(path)
+        setter = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "set_tf_config"]
+        allowed = {id(n) for f in setter for n in ast.walk(f)} if path.name == "__main__.py" else set()
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and ast.get_docstring(n)}
+        for node in ast.walk(tree):
+            where = f"{path.relative_to(REPO)}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.ImportFrom) and CONFIG_READERS & {a.name for a in node.names}:
+                wrong.append(f"{where} imports a YAML reader")
+            elif isinstance(node, ast.Attribute) and node.attr == "argv":
+                wrong.append(f"{where} reads sys.argv")
+            elif isinstance(node, ast.Constant) and node.value == "TF_CONFIG" and id(node) not in allowed \
+                    and id(node) not in docstrings:
+                wrong.append(f"{where} names TF_CONFIG")
+    assert not wrong, "\n".join(wrong)
+
+
+def tensorflow_free_modules():
+    """Every module that imports no TensorFlow at module level, by rule: all outside the two subpackages,
+    and those inside that import it only in a function (predict's and serve's checks of their input)."""
+    free = []
+    for name, path in package_modules().items():
+        if not within(name, TF_PACKAGES):
+            free.append(name)
+        elif not any(i.split(".")[0] == "tensorflow" or within(i, TF_PACKAGES) and i != name
+                     for _, i in imports_of(path, module_level_only=True)):
+            free.append(name)
+    return free
+
+
 def test_validating_and_launching_import_no_tensorflow():
-    """One fresh interpreter: this process has TensorFlow loaded already."""
-    result = subprocess.run([sys.executable, "-m", "tests.unit.import_probe", *TF_FREE], cwd=REPO,
+    """One fresh interpreter (this process has TensorFlow loaded already) imports every module that should
+    be free of it, then validates the default cluster file."""
+    modules = tensorflow_free_modules()
+    assert "estimator_mnist.cli" in modules and "estimator_mnist.launch.launcher" in modules
+    result = subprocess.run([sys.executable, "-m", "tests.unit.import_probe", *modules], cwd=REPO,
                             capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "clean", result.stdout + result.stderr[-2000:]
 
@@ -108,7 +188,7 @@ def test_readme_fits_a_few_screens(name, limit):
 def test_every_tensorflow_work_around_names_a_test_that_exists():
     import re
 
-    text = (REPO / "estimator_mnist" / "tf_workarounds.py").read_text(encoding="utf-8")
+    text = (REPO / "estimator_mnist" / "tf_task" / "tf_workarounds.py").read_text(encoding="utf-8")
     cited = re.findall(r"(tests/[\w/]+\.py)::(\w+)", text.replace("\n    ", " "))
     assert len(cited) >= 7, cited
     for path, name in cited:

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from estimator_mnist.config.schema import ModelConfig
-from estimator_mnist.model import global_batch_loss, model_fn
+from estimator_mnist.tf_task.model import global_batch_loss, model_fn
 
 
 def test_global_batch_loss_divides_by_the_global_batch():

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from estimator_mnist import data_prep, decoded_mnist, mnist_files
+from estimator_mnist.mnist_data import prepare as data_prep, decoded as decoded_mnist, idx_files as mnist_files
 from estimator_mnist.errors import UsageError
 
 

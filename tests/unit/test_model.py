@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_mnist import runner
+from estimator_mnist.tf_task import runner
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.config.schema import ModelConfig
-from estimator_mnist.data import input_fn
-from estimator_mnist.export import export_checkpoint
-from estimator_mnist.model import build_network, model_fn
-from estimator_mnist.task_plan import plan_task
-from tests.helpers import record_autograph_conversions
+from estimator_mnist.tf_task.data import input_fn
+from estimator_mnist.tf_model.export import export_checkpoint
+from estimator_mnist.tf_model.network import build_network
+from estimator_mnist.tf_task.model import model_fn
+from tests.helpers import record_autograph_conversions, planned
 from tests.unit.fakes import dataset_of, fake_mnist, tiny_estimator
 
 ModeKeys = tf.estimator.ModeKeys
@@ -90,13 +90,16 @@ def test_prediction_computes_in_float32_whatever_the_training_precision():
 
 @pytest.mark.parametrize("setting, computes_in", [("training", tf.bfloat16), ("float32", tf.float32)])
 def test_evaluation_computes_in_what_evaluation_precision_says(setting, computes_in):
-    from estimator_mnist.task_plan import evaluation_precision  # pylint: disable=import-outside-toplevel
+    from estimator_mnist.plan.task_plan import plan_task  # pylint: disable=import-outside-toplevel
 
-    config = config_from_dict({"cluster": {"chief": ["localhost:1"]}, "evaluation": {"precision": setting}}, "test")
-    resolved = evaluation_precision(config, "mixed_bfloat16")
+    config = config_from_dict({"cluster": {"chief": ["localhost:1"]}, "evaluation": {"precision": setting},
+                               "model": {"precision": "auto"}}, "test")
+    chief = plan_task(config, TaskId("chief", 0), cpu_bfloat16=True, cores=2)
+    resolved = chief.with_precision([]).evaluation_precision
     assert resolved == ("mixed_bfloat16" if setting == "training" else "float32")
     assert _convolution_types(ModeKeys.EVAL, precision="mixed_bfloat16", eval_precision=resolved) == {computes_in}
-    assert evaluation_precision(config, "float32") == "float32"
+    assert plan_task(config, TaskId("chief", 0), cpu_bfloat16=False, cores=2).with_precision([]).evaluation_precision \
+        == "float32"
 
 
 def test_an_evaluator_told_so_evaluates_in_the_training_precision(tmp_path):
@@ -112,9 +115,9 @@ def test_an_evaluator_told_so_evaluates_in_the_training_precision(tmp_path):
         }, "test")
         train_spec, eval_spec = runner.train_and_eval_specs(config, make_dataset=lambda split: dataset_of(images, labels))
         if precision == "float32":
-            runner.build_estimator(config, plan_task(config, TaskId("chief", 0))).train(train_spec.input_fn,
+            runner.build_estimator(config, planned(config, TaskId("chief", 0))).train(train_spec.input_fn,
                                                                                       max_steps=4)
-        evaluator = runner.build_estimator(config, plan_task(config, TaskId("evaluator", 0)), None, precision)
+        evaluator = runner.build_estimator(config, planned(config, TaskId("evaluator", 0), precision))
         assert evaluator.params["eval_precision"] == precision
         results[precision] = evaluator.evaluate(eval_spec.input_fn)
     assert results["mixed_bfloat16"]["global_step"] == 4
@@ -178,7 +181,7 @@ def test_short_estimator_run_trains_evaluates_predicts_and_exports(tmp_path, pre
         "evaluation": {"batch_size": 100},
         "model_dir": str(tmp_path / "model"),
     }, "test")
-    estimator = runner.build_estimator(config, plan_task(config, TaskId("chief", 0)), None, precision)
+    estimator = runner.build_estimator(config, planned(config, TaskId("chief", 0), precision))
 
     def make_dataset(split):
         return dataset_of(images, labels) if split == "train" else dataset_of(images[:100], labels[:100])
@@ -214,7 +217,7 @@ def test_no_checkpoint_of_the_untrained_weights(tmp_path):
 
 
 def test_cosine_schedule_decays_to_a_tenth():
-    from estimator_mnist.model import _learning_rate
+    from estimator_mnist.tf_task.model import _learning_rate
 
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         step = tf.compat.v1.placeholder(tf.int64, [])
@@ -226,7 +229,7 @@ def test_cosine_schedule_decays_to_a_tenth():
 
 
 def test_warmup_cosine_rises_from_a_tenth_to_the_peak_then_falls_to_zero():
-    from estimator_mnist.model import _learning_rate
+    from estimator_mnist.tf_task.model import _learning_rate
 
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         step = tf.compat.v1.placeholder(tf.int64, [])
@@ -241,7 +244,7 @@ def test_warmup_cosine_rises_from_a_tenth_to_the_peak_then_falls_to_zero():
 
 
 def test_the_events_file_gets_the_graph_without_python_protobuf(tmp_path, monkeypatch):
-    from estimator_mnist.tf_workarounds import lean_events_graph
+    from estimator_mnist.tf_task.tf_workarounds import lean_events_graph
 
     lean_events_graph()
 

@@ -9,9 +9,9 @@ import struct
 import numpy as np
 import pytest
 
-from estimator_mnist import predict
+from estimator_mnist.tf_model import predict
 from estimator_mnist.errors import UsageError
-from estimator_mnist.predict import (ERR_ARRAY_DTYPE, ERR_ARRAY_RANGE, ERR_ARRAY_SHAPE, ERR_IDX_LABELS,
+from estimator_mnist.tf_model.predict import (ERR_ARRAY_DTYPE, ERR_ARRAY_RANGE, ERR_ARRAY_SHAPE, ERR_IDX_LABELS,
                                      ERR_NO_EXPORT, ERR_UNREADABLE, find_export, read_item)
 from tests.helpers import make_export
 
@@ -126,7 +126,7 @@ def test_unreadable_files_are_reported_and_the_others_classified(tmp_path, monke
         def probabilities(self, item, invert):
             return np.eye(10)[[7] * item.count]
 
-    import estimator_mnist.inference as inference
+    import estimator_mnist.tf_model.inference as inference
 
     monkeypatch.setattr(inference, "Classifier", FakeClassifier)
     make_export(tmp_path / "model", 1)

@@ -7,12 +7,13 @@ import time
 
 import pytest
 
-from estimator_mnist import checkpoints, runner
+from tests.helpers import planned
+from estimator_mnist import checkpoints
+from estimator_mnist.tf_task import runner
 from estimator_mnist.config import TaskId, config_from_dict
-from estimator_mnist.preemption import Preemption
+from estimator_mnist.tf_task.preemption import Preemption
 from estimator_mnist.progress import read_progress
-from estimator_mnist.task_plan import plan_task
-from estimator_mnist.teardown import TeardownWatchdogHook
+from estimator_mnist.tf_task.teardown import TeardownWatchdogHook
 from tests.unit.fakes import dataset_of, fake_mnist
 
 
@@ -60,7 +61,7 @@ def test_a_stop_whose_step_was_the_last_one_ends_with_0():
 
 
 def test_what_is_saved_is_the_final_checkpoint_or_for_the_evaluator_its_final_evaluation(tmp_path):
-    from estimator_mnist.preemption import work_saved
+    from estimator_mnist.tf_task.preemption import work_saved
 
     model_dir = str(tmp_path)
     assert work_saved(model_dir, 10, evaluates=False) is None
@@ -120,7 +121,7 @@ def test_a_run_stops_at_the_step_of_the_sigterm_and_saves_it(tmp_path, keep_sigt
     config = config_from_dict({"cluster": {"chief": ["localhost:1"]}, "run_dir": str(tmp_path / "run"),
                                "training": {"batch_size_per_replica": 8, "max_steps": 500,
                                             "save_checkpoints_steps": 200}}, "test")
-    plan = plan_task(config, TaskId("chief", 0))
+    plan = planned(config, TaskId("chief", 0))
     exits = []
     preemption = Preemption("chief:0", 60, graceful=True, exit_fn=lambda m, c: exits.append((m, c)))
     hooks = [h for h in runner.training_hooks(config, plan, preemption=preemption)

@@ -3,11 +3,11 @@ when each trainer tells it that it finished."""
 
 import pytest
 
-from estimator_mnist import roles, runner
+from estimator_mnist.tf_task import roles, runner
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.errors import PermanentFailure, RetryableFailure
-from estimator_mnist.ps_done import PsDoneWatcher
-from estimator_mnist.task_plan import plan_task
+from estimator_mnist.tf_task.ps_done import PsDoneWatcher
+from estimator_mnist.plan.task_plan import plan_task
 
 TRAINERS = [("chief:0", "a:1"), ("worker:0", "b:1")]
 

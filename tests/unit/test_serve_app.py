@@ -4,10 +4,10 @@ dispatch of paths and methods, labels, CORS preflight, the body limit, a failure
 import numpy as np
 import pytest
 
-from estimator_mnist.serve import app as app_module
-from estimator_mnist.serve.app import create_app, ServingApi
-from estimator_mnist.serve.batcher import Batcher
-from estimator_mnist.serve.versions import Versions
+from estimator_mnist.tf_model.serve import app as app_module
+from estimator_mnist.tf_model.serve.app import create_app, ServingApi
+from estimator_mnist.tf_model.serve.batcher import Batcher
+from estimator_mnist.tf_model.serve.versions import Versions
 from tests.helpers import make_export
 
 

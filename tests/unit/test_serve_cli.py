@@ -9,7 +9,7 @@ import pytest
 
 from estimator_mnist import cli
 from estimator_mnist.errors import UsageError
-from estimator_mnist.serve import server
+from estimator_mnist.tf_model.serve import server
 from tests.helpers import error_pattern
 
 

@@ -8,10 +8,10 @@ import re
 import numpy as np
 import pytest
 
-from estimator_mnist.serve import json_values as jv
-from estimator_mnist.serve import request_json as rj
-from estimator_mnist.serve.response_json import metadata_body, predict_body, status_body
-from estimator_mnist.serve.serving_errors import ServingError
+from estimator_mnist.tf_model.serve import json_values as jv
+from estimator_mnist.tf_model.serve import request_json as rj
+from estimator_mnist.tf_model.serve.response_json import metadata_body, predict_body, status_body
+from estimator_mnist.tf_model.serve.serving_errors import ServingError
 from tests.helpers import error_pattern
 
 SIGNATURES = {"serving_default": {"image_bytes": "DT_STRING"}, "images": {"images": "DT_FLOAT"},

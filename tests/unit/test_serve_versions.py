@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from estimator_mnist.serve.batcher import Batcher
-from estimator_mnist.serve.versions import evaluation_of, Versions
+from estimator_mnist.tf_model.serve.batcher import Batcher
+from estimator_mnist.tf_model.serve.versions import evaluation_of, Versions
 from tests.helpers import make_export
 
 

@@ -11,7 +11,7 @@ from estimator_mnist.config import TaskId
 from estimator_mnist.errors import UsageError
 from estimator_mnist.slurm.environment import (PORT_BASE, PORT_SLOTS, PORT_STRIDE, from_slurm, in_slurm_step,
                                                job_port, read_step)
-from estimator_mnist.task_plan import plan_task
+from estimator_mnist.plan.task_plan import plan_task
 
 LOCAL = {"chief": ["localhost:2222"], "worker": ["localhost:2223"], "evaluator": "localhost"}
 PS = {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"], "evaluator": "h"}
@@ -34,8 +34,8 @@ def n2_unknown(name, port, type=None):  # pylint: disable=redefined-builtin
 
 
 def mapped(cluster, env, resolver=resolves):
-    data, task, note, _ = from_slurm({"cluster": cluster}, "c.yaml", env, resolver)
-    return data["cluster"], task, note
+    source = from_slurm({"cluster": cluster}, "c.yaml", env, resolver)
+    return source.data["cluster"], source.task, source.note
 
 
 def test_one_node_three_tasks_the_evaluator_beside_the_chief_and_ports_apart():
@@ -120,11 +120,12 @@ def test_train_under_srun_finds_its_task_and_plans_from_its_own_cpus(tmp_path):
     env = step_env("localhost", "3", 2, "localhost", SLURM_CPUS_PER_TASK="3")
     with mock.patch.dict(os.environ, env):
         os.environ.pop("TF_CONFIG", None)
-        config, task, tf_config, operator, notes, own_cpus = commands._config_and_task(args)
-    assert task == TaskId("worker", 0) and tf_config is None and not operator and own_cpus == 3
-    assert [str(a) for a in config.cluster.worker] == [f"localhost:{job_port(4242, 2)}"]
-    assert notes and notes[0].startswith("Slurm job 4242 step 0: this is worker:0")
-    plan = plan_task(config, task, cpu_set=(0, 1, 2, 3, 4, 5), own_cpus=own_cpus)
+        resolved = commands.resolve(args)
+    config, source = resolved.config, resolved.source
+    assert source.task == TaskId("worker", 0) and source.tf_config is None and not source.gpus_from_manager
+    assert source.own_cpus == 3 and [str(a) for a in config.cluster.worker] == [f"localhost:{job_port(4242, 2)}"]
+    assert source.note.startswith("Slurm job 4242 step 0: this is worker:0")
+    plan = resolved.spec(cpu_set=(0, 1, 2, 3, 4, 5)).plan
     # Its own 3 CPUs, not half of the machine's 6 shared with the chief beside it, and no pinning.
     assert plan.intra_op_threads == 3 and plan.cpus is None
 
@@ -132,5 +133,5 @@ def test_train_under_srun_finds_its_task_and_plans_from_its_own_cpus(tmp_path):
 def test_train_with_task_or_tf_config_ignores_slurm(tmp_path):
     args = cli.build_parser().parse_args(["train", "--cluster", "config/local.yaml", "--task", "chief:0"])
     with mock.patch.dict(os.environ, step_env("nowhere", "7", 5, "nowhere")):
-        _, task, _, _, notes, own_cpus = commands._config_and_task(args)
-    assert task == TaskId("chief", 0) and notes == () and own_cpus is None
+        source = commands.resolve(args).source
+    assert source.task == TaskId("chief", 0) and source.note is None and source.own_cpus is None

@@ -1,5 +1,5 @@
 """The TensorFlow child pauses Python's garbage collector through its imports and set-up, then freezes what
-they made (commands._run_child, runner.run_task): six full collections took over a second of its start-up."""
+they made (tf_task/__main__.run, runner.run_task): six full collections took over a second of its start-up."""
 
 import gc
 import sys
@@ -7,9 +7,11 @@ import types
 
 import pytest
 
-from estimator_mnist import commands, runner
+from estimator_mnist.plan.task_spec import TaskSpec
+from estimator_mnist.tf_task import __main__ as entry
+from estimator_mnist.tf_task import runner
 from estimator_mnist.config import TaskId, config_from_dict
-from estimator_mnist.task_plan import plan_task
+from estimator_mnist.plan.task_plan import plan_task
 
 
 @pytest.fixture
@@ -22,16 +24,18 @@ def collector_restored():
 
 def test_the_child_imports_the_runner_and_runs_its_task_with_the_collector_paused(monkeypatch, collector_restored):
     seen = {}
-    fake_runner = types.ModuleType("estimator_mnist.runner")
+    fake_runner = types.ModuleType("estimator_mnist.tf_task.runner")
 
-    def run_task(config, plan, priority, ready_fd):
+    def run_task(spec, priority, ready_fd):
         seen["running"] = gc.isenabled()
         return 0
 
     fake_runner.run_task = run_task
-    monkeypatch.setitem(sys.modules, "estimator_mnist.runner", fake_runner)
+    monkeypatch.setitem(sys.modules, "estimator_mnist.tf_task.runner", fake_runner)
+    monkeypatch.setattr(entry, "apply_to_this_process", lambda plan: "unchanged")
+    monkeypatch.setattr(entry, "set_tf_config", lambda spec: None)
     gc.enable()
-    assert commands._run_child(None, None, "unchanged", 5) == 0
+    assert entry.run(types.SimpleNamespace(plan=None), 5) == 0
     assert seen == {"running": False}
 
 
@@ -57,5 +61,5 @@ def test_run_task_turns_the_collector_back_on_with_its_set_up_frozen(monkeypatch
                                                                             frozen=gc.get_freeze_count()))
     gc.unfreeze()
     gc.disable()
-    assert runner.run_task(config, plan_task(config, TaskId("evaluator", 0))) == 0
+    assert runner.run_task(TaskSpec(config, plan_task(config, TaskId("evaluator", 0)))) == 0
     assert seen["enabled"] and seen["frozen"] > 0

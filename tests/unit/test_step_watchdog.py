@@ -5,11 +5,11 @@ from __future__ import annotations
 import socket
 import threading
 
-from estimator_mnist import runner
+from estimator_mnist.tf_task import runner
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE
-from estimator_mnist.step_watchdog import StepWatchdogHook
-from estimator_mnist.task_plan import plan_task
+from estimator_mnist.tf_task.step_watchdog import StepWatchdogHook
+from estimator_mnist.plan.task_plan import plan_task
 
 
 class Clock:

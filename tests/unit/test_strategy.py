@@ -7,13 +7,14 @@ import time
 import pytest
 import tensorflow as tf
 
-from estimator_mnist import strategy as S
+from tests.helpers import planned
+from estimator_mnist.tf_task import strategy as S
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.config.schema import ModelConfig
 from estimator_mnist.errors import UsageError
-from estimator_mnist.model import model_fn
-from estimator_mnist.task_plan import plan_task
-from estimator_mnist.topology import build_tf_config
+from estimator_mnist.tf_task.model import model_fn
+from estimator_mnist.plan.task_plan import plan_task
+from estimator_mnist.plan.topology import build_tf_config
 
 PS_CLUSTER = {"chief": ["localhost:2222"], "worker": ["localhost:2223", "localhost:2224"], "ps": ["localhost:2225"],
               "evaluator": "localhost"}
@@ -24,7 +25,7 @@ def plan(config, task):
 
 
 def session_proto(config, task, precision="float32"):
-    return S.session_config(config, plan(config, task), precision)
+    return S.session_config(config, planned(config, task, precision, cores=2, cpu_bfloat16=False, environ={}))
 
 
 def strategy_for(config, task):
@@ -59,7 +60,7 @@ def test_cpu_flags_tell_bfloat16(tmp_path):
     with_bf16.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 amx_tile\n")
     without = tmp_path / "plain"
     without.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n")
-    from estimator_mnist.cpu import cpu_has_bfloat16
+    from estimator_mnist.plan.cpu import cpu_has_bfloat16
 
     assert cpu_has_bfloat16(str(with_bf16)) and not cpu_has_bfloat16(str(without))
     assert not cpu_has_bfloat16(str(tmp_path / "missing"))
@@ -69,7 +70,7 @@ def test_cpu_flags_tell_bfloat16(tmp_path):
                                          ("fpu avx2 avx512f avx512_bf16", "avx512_bf16"),
                                          ("fpu avx2 avx512f", "avx512"), ("fpu avx2 fma", "avx2"), ("fpu sse2", "other")])
 def test_cpu_kind_names_the_widest_instructions(tmp_path, flags, kind):
-    from estimator_mnist.cpu import cpu_kind, cpu_model
+    from estimator_mnist.plan.cpu import cpu_kind, cpu_model
 
     path = tmp_path / "cpuinfo"
     path.write_text(f"processor\t: 0\nmodel name\t: AMD EPYC 7R13 Processor\nflags\t\t: {flags}\n\n"
@@ -84,7 +85,7 @@ def test_cpu_kind_names_the_widest_instructions(tmp_path, flags, kind):
                                        ("fpu avx2 fma", False),  # AVX2-only EPYC: TF 2.15 falls back to Eigen
                                        ("fpu avx2 avx512f", False)])
 def test_tf_turns_onednn_on_by_itself_only_on_cpus_with_vnni_bf16_or_amx(tmp_path, flags, on, monkeypatch):
-    from estimator_mnist import cpu
+    from estimator_mnist.plan import cpu
 
     path = tmp_path / "cpuinfo"
     path.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\n")

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from estimator_mnist import ensemble_plan
+from estimator_mnist.tf_model import ensemble_plan
 from estimator_mnist.config import TaskId, config_from_dict, load_config
 from estimator_mnist.errors import UsageError
 from estimator_mnist.sweep import records
@@ -16,7 +16,7 @@ from estimator_mnist.sweep.run import build_plan
 from estimator_mnist.sweep.devices import Device
 from estimator_mnist.sweep.stopping import median_verdict, value_at
 from estimator_mnist.sweep.trials import on_device, trial_data, write_trial_yaml
-from estimator_mnist.task_plan import plan_task
+from estimator_mnist.plan.task_plan import plan_task
 from tests.helpers import REPO, error_pattern
 
 LOCAL = REPO / "config" / "local.yaml"

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from estimator_mnist import ensemble_plan
+from estimator_mnist.tf_model import ensemble_plan
 from estimator_mnist.errors import UsageError
 from estimator_mnist.sweep import records, run, trials
 from estimator_mnist.sweep.stopping import median_verdict

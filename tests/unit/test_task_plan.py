@@ -1,13 +1,11 @@
 """One plan per task: environment, threads, precision, in-graph or not, TF_CONFIG, from (config, task) alone."""
 
-import json
 import os
 
 import pytest
 
 from estimator_mnist.config import TaskId, config_from_dict
-from estimator_mnist.task_plan import (PRIVATE_UMASK, apply_to_this_process, child_environment, describe, plan_task,
-                                       resolve_precision)
+from estimator_mnist.plan.task_plan import PRIVATE_UMASK, apply_to_this_process, describe, plan_task
 
 CLUSTER = {"chief": ["localhost:1"], "worker": ["localhost:2", "localhost:3"], "evaluator": "localhost"}
 CHIEF, WORKER0, WORKER1, EVALUATOR = TaskId("chief", 0), TaskId("worker", 0), TaskId("worker", 1), TaskId("evaluator", 0)
@@ -32,7 +30,7 @@ def test_gpus_become_the_task_s_cuda_mask_and_none_inherits():
     assert env(plan(config, WORKER0))["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert env(plan(config, WORKER1))["CUDA_VISIBLE_DEVICES"] == "1"
     assert env(plan(config, EVALUATOR))["CUDA_VISIBLE_DEVICES"] == "-1"  # [] hides every GPU
-    assert child_environment(plan(config, CHIEF), {"CUDA_VISIBLE_DEVICES": "0,1,2,3"})["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert not any(key == "CUDA_VISIBLE_DEVICES" for key, _ in plan(config, CHIEF).env)  # the inherited one stays
 
 
 def test_placement_logging_needs_the_info_log_level():
@@ -49,11 +47,6 @@ def test_onednn_is_on_for_every_x86_cpu_unless_the_user_exported_otherwise():
     assert env(plan(make(), WORKER0, x86=True, environ={"TF_ENABLE_ONEDNN_OPTS": "0"}))["TF_ENABLE_ONEDNN_OPTS"] == "0"
     assert "TF_ENABLE_ONEDNN_OPTS" not in env(plan(make(), WORKER0, x86=False))  # ARM: TensorFlow's own choice
     assert "TF_ENABLE_ONEDNN_OPTS='1'" in describe(plan(make(), WORKER0, x86=True))
-
-
-def test_a_launched_task_never_inherits_the_launcher_s_tf_config():
-    child = child_environment(plan(make(), WORKER0), {"TF_CONFIG": "{}", "HOME": "/h"})
-    assert "TF_CONFIG" not in child and child["HOME"] == "/h" and child["PYTHONUNBUFFERED"] == "1"
 
 
 def test_auto_threads_split_the_cores_between_the_trainers_of_one_machine():
@@ -82,8 +75,10 @@ def test_auto_threads_split_the_cores_between_the_trainers_of_one_machine():
 def test_precision_is_resolved_once_from_the_cpu_and_the_gpus(setting, bf16, gpus, capabilities, expected):
     config = make(model={"precision": setting}, tasks={"all": {"gpus": gpus}} if gpus is not None else None)
     task_plan = plan(config, WORKER0, cpu_bfloat16=bf16)
-    assert resolve_precision(task_plan, capabilities) == expected
+    resolved = task_plan.with_precision(capabilities)
+    assert resolved.precision == expected and resolved.evaluation_precision == "float32"
     assert task_plan.precision == (expected if gpus == [] or setting != "auto" else "auto")
+    assert resolved.with_precision([(6, 1)]) == resolved  # once resolved, it stays
 
 
 def test_between_graph_tasks_get_the_yaml_cluster_as_tf_config():
@@ -114,7 +109,7 @@ def test_sync_ps_plans_its_replicas_and_only_the_evaluator_is_niced():
     assert plan(config, WORKER0).umask == PRIVATE_UMASK
 
 
-def test_planning_changes_nothing_and_applying_sets_env_and_tf_config(monkeypatch):
+def test_planning_changes_nothing_and_applying_sets_env_but_no_tf_config(monkeypatch):
     config = make(tasks={"worker:1": {"gpus": [1]}})
     before = dict(os.environ)
     task_plan = plan_task(config, WORKER1, x86=True, environ={})
@@ -129,7 +124,7 @@ def test_planning_changes_nothing_and_applying_sets_env_and_tf_config(monkeypatc
     finally:
         os.umask(old_umask)
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "1" and os.environ["TF_ENABLE_ONEDNN_OPTS"] == "1"
-    assert json.loads(os.environ["TF_CONFIG"])["task"] == {"type": "worker", "index": 1}
+    assert os.environ["TF_CONFIG"] == "stale"  # only the TensorFlow process sets one, from its TaskSpec
     assert "CUDA_VISIBLE_DEVICES='1'" in describe(task_plan) and "umask=027" in describe(task_plan)
 
 

@@ -9,8 +9,8 @@ import pytest
 from estimator_mnist import cli, commands
 from estimator_mnist.config import TaskId
 from estimator_mnist.errors import UsageError
-from estimator_mnist.task_plan import describe, plan_task
-from estimator_mnist.tf_config_env import ERR_NO_TASK, read_tf_config
+from estimator_mnist.plan.task_plan import describe, plan_task
+from estimator_mnist.plan.cluster_env import ERR_NO_TASK, read_tf_config
 
 
 def operator_tf_config(job, replicas, task, index, namespace="default", port=2222):
@@ -32,7 +32,9 @@ def config_and_task(args, tf_config):
     with mock.patch.dict(os.environ, env, clear=False):
         if tf_config is None:
             os.environ.pop("TF_CONFIG", None)
-        return commands._config_and_task(args)[:5]  # the sixth, own_cpus, is Slurm's (test_slurm_environment.py)
+        resolved = commands.resolve(args)
+    source = resolved.source
+    return resolved.config, source.task, source.tf_config, source.gpus_from_manager, (source.note,) if source.note else ()
 
 
 def test_the_operator_s_tf_config_keeps_the_evaluator_in_the_product_s_view_only(tmp_path):

@@ -7,11 +7,11 @@ from unittest import mock
 
 import pytest
 
-from estimator_mnist import hosts as H
+from estimator_mnist.plan import hosts as H
 from estimator_mnist.config import TaskId
 from estimator_mnist.config.cluster import parse_cluster
 from estimator_mnist.errors import UsageError
-from estimator_mnist.topology import build_tf_config, parse_task
+from estimator_mnist.plan.topology import build_tf_config, parse_task
 
 
 def make(cluster):

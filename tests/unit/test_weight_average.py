@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 from estimator_mnist.config.schema import ModelConfig
-from estimator_mnist.export import export_checkpoint
-from estimator_mnist.weight_average import average_name, has_averages
+from estimator_mnist.tf_model.export import export_checkpoint
+from estimator_mnist.tf_model.averages import average_name, has_averages
 from tests.unit.fakes import tiny_estimator
 
 SUFFIX = "/ExponentialMovingAverage"  # TF's own name for an average: tools that know EMA checkpoints find it

@@ -1,0 +1,155 @@
+"""The evaluator: score each new checkpoint on the whole test set (and the validation split), export it, and record it.
+
+Every evaluation goes to <model_dir>/eval_results.jsonl, the structured
+record the launcher, the benchmarks and users read (checkpoints.py):
+`accuracy` and `loss` are the test set's, and with a validation split
+(data.validation_examples, splits.py) `validation_accuracy` and
+`validation_loss` are that split's, for the same checkpoint. TensorBoard
+shows the test figures as `accuracy` and `loss` and the validation figures
+as `validation_accuracy` and `validation_loss`, all under <model_dir>/eval.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import tensorflow as tf
+
+from estimator_mnist import checkpoints
+from estimator_mnist.config import Config
+from estimator_mnist.tf_model.export import export_checkpoint, keep_newest
+from estimator_mnist.tf_task.hooks import log
+
+EVAL_POLL_SECS = 0.5
+VALIDATION_EVAL_NAME = "validation"  # Estimator also writes this evaluation's own events to <model_dir>/eval_validation
+MSG_BEST_BY_TEST = ("evaluation.export: best picks the checkpoint with the lowest TEST loss: there is no validation "
+                    "split (data.validation_examples is 0), so the exported model's test figures are optimistic")
+
+
+def write_validation_summary(eval_dir: str, step: int, figures: dict) -> None:
+    """The validation figures as tags of their own beside Estimator's test `accuracy` and `loss` in <model_dir>/eval.
+
+    FileWriterCache hands out the writer Estimator's own evaluation summaries use, so both land in one events file.
+    Estimator calls it inside a graph; the evaluator task's loop runs eagerly, where a v1 FileWriter is refused.
+    """
+    values = [tf.compat.v1.Summary.Value(tag=tag, simple_value=value) for tag, value in figures.items()]
+    with tf.Graph().as_default():
+        writer = tf.compat.v1.summary.FileWriterCache.get(eval_dir)
+        writer.add_summary(tf.compat.v1.Summary(value=values), step)
+        writer.flush()
+
+
+class SavedModelExporter(tf.estimator.Exporter):
+    """Exports evaluated checkpoints (export.py) and appends every evaluation to eval_results.jsonl.
+
+    Exporters are the one place where Estimator hands over the evaluation
+    result together with the checkpoint it came from, so each evaluated step
+    can be read without parsing logs or event files. It is also where the
+    validation split is scored, by a second evaluation of the same checkpoint
+    (`validation_input_fn`), on both paths that evaluate: the evaluator task
+    (evaluate_checkpoints) and the one-process job's train_and_evaluate.
+    `best_only` exports only when the loss is lower than that of every earlier
+    export of this model_dir (read back from eval_results.jsonl, so a restart
+    keeps it): the validation loss when there is a split, else the test loss.
+    """
+
+    def __init__(self, name: str, model_config, results_path: str, exports_to_keep: int, best_only: bool,
+                 export_fn=export_checkpoint, validation_input_fn=None):
+        self._name, self._model_config, self._results_path = name, model_config, results_path
+        self._exports_to_keep, self._best_only, self._export_fn = exports_to_keep, best_only, export_fn
+        self._validation_input_fn = validation_input_fn
+        self._loss_key = "validation_loss" if validation_input_fn is not None else "loss"
+        self._said_test = False
+
+    @property
+    def name(self):
+        return self._name
+
+    def _improves(self, loss: float) -> bool:
+        if self._loss_key == "loss" and not self._said_test:
+            log(MSG_BEST_BY_TEST)
+            self._said_test = True
+        exported = [r[self._loss_key] for r in checkpoints.read_eval_results(os.path.dirname(self._results_path))
+                    if r.get("export") and r.get(self._loss_key) is not None]
+        return not exported or loss < min(exported)
+
+    def _validation(self, estimator, checkpoint_path: str, step: int) -> dict:
+        """The validation split's figures for the checkpoint the test set was just scored on ({} without a split)."""
+        if self._validation_input_fn is None:
+            return {}
+        result = estimator.evaluate(self._validation_input_fn, steps=None, checkpoint_path=checkpoint_path,
+                                    name=VALIDATION_EVAL_NAME)
+        figures = {"validation_accuracy": round(float(result["accuracy"]), 6),
+                   "validation_loss": float(result["loss"])}
+        write_validation_summary(estimator.eval_dir(), step, figures)
+        return figures
+
+    def export(self, estimator, export_path, checkpoint_path, eval_result, is_the_final_export):
+        # The test evaluation ends here; the validation one and the export after it are no part of the time to
+        # accuracy, which stays what it was without a split.
+        evaluated_at = time.time()
+        step = int(eval_result[tf.compat.v1.GraphKeys.GLOBAL_STEP])
+        loss = float(eval_result["loss"])
+        validation = self._validation(estimator, checkpoint_path, step)
+        exported = None
+        if not self._best_only or self._improves(validation.get(self._loss_key, loss)):
+            exported = self._export_fn(self._model_config, checkpoint_path, export_path)
+            keep_newest(export_path, self._exports_to_keep)
+        record = {
+            "global_step": step,
+            # 9920 right of 10000 is 0.992, not float32's 0.99199998: a threshold test must see 0.992.
+            "accuracy": round(float(eval_result["accuracy"]), 6),
+            "loss": loss,
+            **validation,
+            "checkpoint": checkpoint_path,
+            "export": exported,
+            "final": bool(is_the_final_export),
+            "time": evaluated_at,
+        }
+        with open(self._results_path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+        held_out = (f"validation_accuracy={validation['validation_accuracy']:.4f} "
+                    f"validation_loss={validation['validation_loss']:.4f} " if validation else "")
+        log(f"evaluation: global_step={step} test_accuracy={record['accuracy']:.4f} test_loss={loss:.4f} "
+            f"{held_out}export={exported}")
+        return exported
+
+
+def exporter(config: Config, validation_input_fn=None) -> tf.estimator.Exporter:
+    """The exporter of every evaluation; `validation_input_fn` scores the validation split too (when there is one)."""
+    evaluation = config.evaluation
+    return SavedModelExporter(evaluation.export, config.model,
+                              os.path.join(config.model_dir, checkpoints.EVAL_RESULTS_FILE),
+                              evaluation.exports_to_keep, best_only=evaluation.export == "best",
+                              validation_input_fn=validation_input_fn)
+
+
+def evaluate_checkpoints(estimator: tf.estimator.Estimator, eval_spec: tf.estimator.EvalSpec, max_steps: int,
+                         poll_secs: float = EVAL_POLL_SECS) -> dict:
+    """The evaluator task: scores and exports new checkpoints until the final one (step >= max_steps).
+
+    Estimator's own evaluator loop sleeps a whole throttle_secs after each
+    evaluation, so the final checkpoint could wait that long (10 s at the end
+    of a 2-minute run was seen), and then it sleeps once more before it
+    notices that training is over. Here throttle_secs only spaces out the
+    intermediate evaluations: the final checkpoint is scored as soon as it is
+    on disk, and the task returns right after its export.
+    """
+    time.sleep(eval_spec.start_delay_secs)
+    evaluated, last_start = None, float("-inf")
+    while True:
+        path = checkpoints.latest_checkpoint(estimator.model_dir)
+        step = checkpoints.step_of(path)
+        final = step is not None and step >= max_steps
+        if path and path != evaluated and (final or time.time() - last_start >= eval_spec.throttle_secs):
+            last_start = time.time()
+            result = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps, checkpoint_path=path,
+                                        hooks=eval_spec.hooks)
+            for export in eval_spec.exporters:
+                export.export(estimator, os.path.join(estimator.model_dir, "export", export.name), path, result, final)
+            evaluated = path
+            if final:
+                return result
+        time.sleep(poll_secs)
