@@ -133,9 +133,8 @@ def _run_child(config, plan, priority, ready_fd) -> int:
     from .errors import RETRYABLE_EXIT_CODE, RetryableFailure
 
     # Python's cyclic garbage collector would scan every object TensorFlow's import creates, over and over
-    # while their number grows: six full collections that found 94 objects took 1.0-1.3 s of the 2.7-3.0 s
-    # `import estimator_mnist.runner` takes on an AMD EPYC (Zen 4), 2026-11-23. run_task turns it back on.
-    # Pinned by tests/unit/test_startup_gc.py.
+    # while their number grows, and free almost none: over a third of the import's time (docs/performance.md,
+    # "What makes it fast"). run_task turns it back on. Pinned by tests/unit/test_startup_gc.py.
     gc.disable()
     from .runner import run_task
     from .teardown import exit_now
