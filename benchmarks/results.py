@@ -46,7 +46,7 @@ class BenchmarkParser(argparse.ArgumentParser):
     def __init__(self, *args, not_measured: Iterable[str] = (), **kwargs):
         super().__init__(*args, **kwargs)
         self.not_measured = NOT_MEASURED | set(not_measured)
-        self.add_argument("--results", type=Path,
+        self.add_argument("--results",  # text, not a Path: some benchmarks save their arguments as JSON
                           help=f"append this run's figures as one JSON line here (default: ${RESULTS_ENV}, "
                                f"else {RESULTS_FILE.relative_to(REPO)})")
         self.add_argument("--no-results", action="store_true", help="append nothing (a trial run)")
@@ -127,7 +127,7 @@ def results_path(args) -> Optional[Path]:
     """Where this run's line goes: --results, else $ESTIMATOR_MNIST_BENCHMARK_RESULTS, else the committed file."""
     if args.no_results:
         return None
-    return args.results or Path(os.environ.get(RESULTS_ENV) or RESULTS_FILE)
+    return Path(args.results or os.environ.get(RESULTS_ENV) or RESULTS_FILE)
 
 
 def append(path: Path, record: dict) -> None:

@@ -28,6 +28,9 @@ from results import REPO, RESULTS_FILE, read_results
 DOC = REPO / "docs" / "performance.md"
 BLOCK = re.compile(r"(<!-- results_table\.py: (\w+) -->\n)(.*?)(<!-- /results_table\.py -->)", re.S)
 KINDS = ("amx", "avx512_bf16", "avx512", "avx2", "other")
+UNKNOWN_TABLE = "unknown table '{name}'; the tables are: {names}"
+NO_BLOCK = ("no block for the table '{name}': add <!-- results_table.py: {name} --> and <!-- /results_table.py --> "
+            "on lines of their own")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +70,8 @@ VIEWS = (
 
 def cpu_label(cpu: dict) -> str:
     numbers = f" (family {cpu['family']} model {cpu['model']})" if cpu.get("family") is not None else ""
-    return f"{cpu.get('model_name') or cpu.get('vendor') or 'unknown'}{numbers}, {cpu.get('kind')}, {cpu.get('cpus')} CPUs"
+    name = cpu.get("model_name") or cpu.get("vendor") or "unknown"
+    return f"{name}{numbers}, {cpu.get('kind')}, {cpu.get('cpus')} CPUs"
 
 
 def _cpu_order(cpu: dict) -> tuple:
@@ -134,11 +138,10 @@ def rewrite(doc: str, records: Sequence[dict]) -> str:
     found = [match.group(2) for match in BLOCK.finditer(doc)]
     for name in found:
         if name not in views:
-            raise ValueError(f"unknown table '{name}'; the tables are: {', '.join(views)}")
+            raise ValueError(UNKNOWN_TABLE.format(name=name, names=", ".join(views)))
     missing = [name for name in views if name not in found]
     if missing:
-        raise ValueError(f"no block for the table '{missing[0]}': add <!-- results_table.py: {missing[0]} --> "
-                         f"and <!-- /results_table.py --> on lines of their own")
+        raise ValueError(NO_BLOCK.format(name=missing[0]))
     return BLOCK.sub(lambda m: m.group(1) + render(views[m.group(2)], records) + m.group(4), doc)
 
 
