@@ -9,13 +9,14 @@ docs/performance.md. A line (format 1):
   {"format": 1, "benchmark": "keras_comparison", "date": "2026-11-25T05:56:08Z", "commit": "ca9b1d2",
    "cpu": {"vendor": "AuthenticAMD", "family": 25, "model": 17, "model_name": "AMD EPYC", "kind": "avx512_bf16",
            "cpus": 2},
-   "variant": "--workers 2 --repeats 0", "load_average": 2.3, "figures": {"time_to_992": 41.408, ...},
+   "variant": "--repeats 0 --workers 2", "load_average": 2.3, "figures": {"time_to_992": 41.408, ...},
    "note": "..."}
 
 `commit` ends in "-dirty" when tracked files outside docs/ differ from it;
 `variant` lists the flags that differ from the benchmark's defaults and change
-what it measures; `load_average` is the 1-minute load when the run ended (more
-than the CPU count: other work shared the cores); `note` is --note's text.
+what it measures; `load_average` is the 1-minute load when the run ended (its
+own processes count too: a load well above them means other work shared the
+cores); `note` is --note's text.
 """
 
 from __future__ import annotations
