@@ -31,6 +31,7 @@ from estimator_mnist.config import default_data_dir
 from estimator_mnist.progress import read_progress
 
 from common import Shape, benchmark_parser, run_launch, write_json
+from results import figures_of, record_run
 
 # Everything the variants share; the cluster (fresh ports each run) and what they vary come with --set.
 SETTINGS = {"strategy": {"name": "parameter_server_sync"},
@@ -79,8 +80,10 @@ def main(argv=None) -> int:
     if args.json:
         write_json(args.json, {"args": vars(args) | {"json": str(args.json)}, "runs": results,
                                "median_steps_per_sec": rate})
-    print(f"RESULT backup_over_no_straggler={rate['backup'] / rate['no_straggler']:.3f} "
-          f"no_backup_over_no_straggler={rate['no_backup'] / rate['no_straggler']:.3f}")
+    result = (f"RESULT backup_over_no_straggler={rate['backup'] / rate['no_straggler']:.3f} "
+              f"no_backup_over_no_straggler={rate['no_backup'] / rate['no_straggler']:.3f}")
+    record_run(args, "backup_workers", figures_of(result))
+    print(result)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""What the benchmarks share: running `estimator-mnist launch` on fresh loopback ports, and the --json flag.
+"""What the benchmarks share: running `estimator-mnist launch` on fresh loopback ports, and their command line.
 
 The benchmarks change a cluster file with `--set` (as a user would) rather
 than by editing its text; only the ports are chosen here, free at the moment
@@ -22,7 +22,8 @@ from typing import List, Optional, Sequence
 from estimator_mnist.errors import USAGE_EXIT_CODE
 from estimator_mnist.plan.hosts import free_loopback_ports
 
-REPO = Path(__file__).resolve().parent.parent
+from results import REPO, BenchmarkParser
+
 DEFAULT_CONFIG = REPO / "config" / "local.yaml"
 
 
@@ -126,10 +127,14 @@ def run_launch(workdir: Path, prefix: str, cluster_file, overrides: Sequence[str
     raise SystemExit(f"no free ports after {attempts} attempts")
 
 
-def benchmark_parser(doc: str, json_help: str = "also write every figure here") -> argparse.ArgumentParser:
-    """The command line of a benchmark: its module docstring as the help, and --json."""
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", type=Path, help=json_help)
+def benchmark_parser(doc: str, json_help: Optional[str] = "also write every figure here",
+                     not_measured: Sequence[str] = ()) -> BenchmarkParser:
+    """The command line of a benchmark: its module docstring as the help, --json (unless `json_help` is None), and
+    the results file's flags (results.py); `not_measured` names flags that change none of its figures."""
+    parser = BenchmarkParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
+                             not_measured=not_measured)
+    if json_help is not None:
+        parser.add_argument("--json", type=Path, help=json_help)
     return parser
 
 

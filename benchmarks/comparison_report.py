@@ -15,6 +15,7 @@ from estimator_mnist.plan.cpu import cpu_kind, cpu_model, tf_onednn_by_default, 
 
 from common import DEFAULT_CONFIG, REPO, write_json
 from comparison_figures import Run, paired, ratios, stats, window
+from results import figures_of, record_run
 
 FIGURES = (("images_per_sec", "steady images/s (summed)", 0), ("seconds_to_first_step", "launch to first step, s", 1),
            ("seconds_to_last_step", "launch to last step, s", 1), ("seconds_to_exit", "launch to exit, s", 1),
@@ -125,9 +126,26 @@ def result_line(runs: List[Run], defaults: List[dict], isa: Optional[str] = None
             f"precision={precision} cpu={cpu_kind()}" + (f" emulated_isa={isa}" if isa else ""))
 
 
+def more_figures(runs: List[Run], defaults: List[dict]) -> dict:
+    """What the results file keeps beside the RESULT line's figures: medians of the 2-worker images/s (like for
+    like, and with the defaults), and of the default run's launch to first step; the step each default run first
+    reached 99.2% at."""
+    def median(values):
+        values = [v for v in values if v is not None]
+        return round(statistics.median(values), 1) if values else None
+
+    def images(system):
+        return median([r.images_per_sec for r in runs if r.system == system and r.workers == 2])
+
+    return {"trainer_2w_images_per_sec": images("trainer"), "defaults_2w_images_per_sec": images("trainer_defaults"),
+            "first_step_after_launch": median([d["seconds_to_first_step"] for d in defaults]),
+            "steps_at_992": [d["step_at_992"] for d in defaults]}
+
+
 def report(args, json_path: Path, runs: List[Run], defaults_label: str, pipeline: dict, defaults: List[dict],
            started: float) -> None:
-    """Prints the table, writes every figure to the JSON file, and prints the RESULT line last."""
+    """Prints the table, writes every figure to the JSON file and, but for a smoke run, to the results file, and
+    prints the RESULT line last."""
     lines = table(runs, defaults_label)
     print_report(args, lines, pipeline, defaults)
     write_json(json_path, {
@@ -138,4 +156,7 @@ def report(args, json_path: Path, runs: List[Run], defaults_label: str, pipeline
         "fp32_2w_ratios": paired(runs, "trainer", "reference", 2), "ddp_2w_ratios": paired(runs, "trainer", "ddp", 2),
         "bf16_2w_ratios": paired(runs, "trainer_defaults", "reference", 2), "seconds": time.time() - started})
     print(f"figures: {json_path}")
-    print(result_line(runs, defaults, args.isa))
+    line = result_line(runs, defaults, args.isa)
+    if not args.smoke:
+        record_run(args, "keras_comparison", figures_of(line) | more_figures(runs, defaults))
+    print(line)

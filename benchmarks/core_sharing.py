@@ -16,7 +16,6 @@ the machine to itself.
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import os
 import sys
@@ -30,6 +29,9 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402  (after the thread settings above)
 
 from estimator_mnist.plan.cpu import cpu_kind, cpu_model, usable_cpus  # noqa: E402
+
+from common import benchmark_parser  # noqa: E402
+from results import figures_of, record_run  # noqa: E402
 
 SIZE = 192  # three 192x192 float32 matrices take 432 KB: within any recent core's L2
 
@@ -56,7 +58,7 @@ def measure(cpus, seconds: float):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_parser(__doc__, json_help=None)
     parser.add_argument("--seconds", type=float, default=6.0, help="each measurement's length")
     args = parser.parse_args(argv)
     cpus = sorted(usable_cpus())
@@ -68,7 +70,9 @@ def main(argv=None) -> int:
     for cpu, one, both in zip(cpus, alone, together):
         print(f"CPU {cpu}: {one:.1f} GFLOP/s alone, {both:.1f} with every CPU busy")
     ratio = sum(together) / max(alone)
-    print(f"RESULT together_over_alone={ratio:.2f} cpus={len(cpus)}")
+    result = f"RESULT together_over_alone={ratio:.2f} cpus={len(cpus)}"
+    record_run(args, "core_sharing", figures_of(result) | {"gflops_alone": [round(g, 1) for g in alone]})
+    print(result)
     return 0
 
 

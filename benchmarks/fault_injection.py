@@ -32,6 +32,7 @@ from estimator_mnist.launch.processes import descendants, living_pids
 from estimator_mnist.progress import read_progress
 
 from common import DEFAULT_CONFIG, Launch, benchmark_parser, launch_command, start, write_json
+from results import figures_of, record_run
 
 
 def task_pids(launcher_pid: int) -> dict:
@@ -123,11 +124,13 @@ def main(argv=None) -> int:
     finished = sum(r["exit"] == 0 for r in runs)
     accuracies = [r["accuracy"] for r in runs if r["accuracy"] is not None]
     kills = sum(len(r["kills"]) for r in runs)
-    print(f"RESULT runs={len(runs)} finished={finished} "
-          f"min_accuracy={min(accuracies) if accuracies else 'none'} "
-          f"restarts_reported={sum(r['restarts_reported'] for r in runs)}/{kills} "
-          f"max_exit_after_last_kill={max((r['seconds_after_last_kill'] or 0) for r in runs):.1f}s "
-          f"leftover_processes={sum(len(r['leftover_processes']) for r in runs)}")
+    result = (f"RESULT runs={len(runs)} finished={finished} "
+              f"min_accuracy={min(accuracies) if accuracies else 'none'} "
+              f"restarts_reported={sum(r['restarts_reported'] for r in runs)}/{kills} "
+              f"max_exit_after_last_kill={max((r['seconds_after_last_kill'] or 0) for r in runs):.1f}s "
+              f"leftover_processes={sum(len(r['leftover_processes']) for r in runs)}")
+    record_run(args, "fault_injection", figures_of(result))
+    print(result)
     return 0
 
 

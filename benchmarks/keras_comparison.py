@@ -106,7 +106,8 @@ def read_defaults(cpu_bfloat16: Optional[bool] = None) -> Defaults:
 
 
 def parse_args(argv=None):
-    parser = benchmark_parser(__doc__, "write every figure here (default: runs/bench/keras_comparison.json)")
+    parser = benchmark_parser(__doc__, "write every figure here (default: runs/bench/keras_comparison.json)",
+                              not_measured=("ddp",))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=600, help="steps per run, for every run")
     parser.add_argument("--warmup", type=int, default=50, help="steps left out at each end of the steady window")

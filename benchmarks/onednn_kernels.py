@@ -34,6 +34,7 @@ from estimator_mnist.progress import STEP_TIMES_EVERY
 
 from common import DEFAULT_CONFIG, benchmark_parser, write_json
 from comparison_runs import run_ddp, run_trainer, torch_available
+from results import figures_of, record_run
 
 Kernel = Tuple[str, str, str, str]  # primitive, implementation, direction, shape
 
@@ -78,7 +79,7 @@ def _table(name: str, times: Dict[Kernel, float], steps: int) -> float:
 
 
 def main(argv=None) -> int:
-    parser = benchmark_parser(__doc__)
+    parser = benchmark_parser(__doc__, not_measured=("ddp",))
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--isa", help="ONEDNN_MAX_CPU_ISA for both systems, e.g. AVX2 (default: this CPU's own)")
     parser.add_argument("--ddp", choices=("auto", "on", "off"), default="auto")
@@ -111,8 +112,10 @@ def main(argv=None) -> int:
     figures["ddp_ms_per_step"] = ddp_ms
     if args.json:
         write_json(args.json, figures)
-    print(f"RESULT trainer_ms_per_step={figures['trainer_ms_per_step']:.2f} "
-          f"ddp_ms_per_step={'none' if ddp_ms is None else f'{ddp_ms:.2f}'} isa={figures['isa']}")
+    result = (f"RESULT trainer_ms_per_step={figures['trainer_ms_per_step']:.2f} "
+              f"ddp_ms_per_step={'none' if ddp_ms is None else f'{ddp_ms:.2f}'} isa={figures['isa']}")
+    record_run(args, "onednn_kernels", figures_of(result))
+    print(result)
     return 0
 
 

@@ -27,12 +27,13 @@ import json
 import sys
 
 from common import benchmark_parser
+from results import record_run
 from estimator_mnist.config import default_data_dir
 from estimator_mnist.config.schema import ModelConfig
 
 
 def parse_args(argv=None):
-    parser = benchmark_parser(__doc__)
+    parser = benchmark_parser(__doc__, not_measured=("data_dir",))
     parser.add_argument("--batch", type=int, default=512, help="global batch (workers x batch_size_per_replica)")
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--lr", type=float, default=ModelConfig().learning_rate, help="peak learning rate (Adam)")
@@ -129,6 +130,7 @@ def main(argv=None) -> int:
             evaluations.append([step, accuracy()])
             print(f"step {step}: {evaluations[-1][1]:.4f}", flush=True)
     first = next((step for step, value in evaluations if value >= 0.992), None)
+    record_run(args, "schedule_probe", {"first_992": first, "final": evaluations[-1][1], "evaluations": evaluations})
     print(f"RESULT first_992={first} final={evaluations[-1][1]:.4f} evaluations={json.dumps(evaluations)}")
     return 0
 

@@ -6,7 +6,10 @@ The reference is a loop in this process calling the loaded SavedModel's
 call; the TF1 session Serving itself uses is printed beside it. Then 1,000
 malformed requests, and the server's resident memory after them against
 after the warm-up. The goals are printed as PASS or FAIL; nothing is
-asserted. --json appends one line of every figure.
+asserted. --json appends one line of every figure; the last line, RESULT
+reference_images_per_sec=... requests_per_sec_1=... p50_ms_1=... p99_ms_1=...
+requests_per_sec_16=... ... rss_growth=... all_goals=PASS|FAIL, goes to the
+results file (benchmarks/results.py) as well.
 
     python benchmarks/serve_throughput.py --model runs/local --json runs/bench/serve_throughput.jsonl
 """
@@ -30,6 +33,7 @@ from estimator_mnist.plan.cpu import cpu_kind, cpu_model
 from estimator_mnist.plan.hosts import free_loopback_ports
 
 from common import REPO, benchmark_parser
+from results import figures_of, record_run
 
 GOAL_THROUGHPUT = 0.7  # 16 clients' images/s over the reference loop's
 GOAL_P99_MS = 50.0  # at 1 client
@@ -125,7 +129,8 @@ def verdict(passed: bool) -> str:
 
 
 def main(argv=None) -> int:
-    parser = benchmark_parser(__doc__, json_help="append one JSON line of every figure to this file")
+    parser = benchmark_parser(__doc__, json_help="append one JSON line of every figure to this file",
+                              not_measured=("model",))
     parser.add_argument("--model", required=True, help="an export, a model_dir or a run directory")
     parser.add_argument("--requests", type=int, default=600, help="requests per client count (default 600)")
     parser.add_argument("--digits", type=int, default=100, help="distinct test digits sent (default 100)")
@@ -166,6 +171,11 @@ def main(argv=None) -> int:
     print(f"goal p99 < {GOAL_P99_MS:.0f} ms at 1 client: {levels[0]['p99_ms']:.1f} ms {verdict(goals['p99_ms_1_client'][1])}")
     print(f"goal RSS growth <= {GOAL_RSS_GROWTH:.0%} after {args.malformed} malformed: {growth:+.1%} "
           f"{verdict(goals['rss_growth'][1])}")
+    result = (f"RESULT reference_images_per_sec={ref['tf2_saved_model_images_per_sec']:.0f} "
+              + " ".join(f"requests_per_sec_{level['clients']}={level['requests_per_sec']:.0f} "
+                         f"p50_ms_{level['clients']}={level['p50_ms']:.1f} p99_ms_{level['clients']}={level['p99_ms']:.1f}"
+                         for level in levels)
+              + f" malformed_400={rejected} rss_growth={growth:.3f} all_goals={verdict(all(g[1] for g in goals.values()))}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         record = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpu": cpu_model(), "cpu_kind": cpu_kind(),
@@ -174,6 +184,8 @@ def main(argv=None) -> int:
                   "rss_after": rss_after, "goals": goals, "args": vars(args) | {"json": str(args.json)}}
         with open(args.json, "a", encoding="utf-8") as out:
             out.write(json.dumps(record) + "\n")
+    record_run(args, "serve_throughput", figures_of(result))
+    print(result)
     return 0
 
 

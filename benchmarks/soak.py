@@ -37,6 +37,7 @@ from estimator_mnist.launch.processes import descendants
 from estimator_mnist.progress import read_progress
 
 from common import DEFAULT_CONFIG, Launch, benchmark_parser, launch_command, run_launch, start, write_json
+from results import figures_of, record_run
 
 SAMPLE_SECS = 10.0
 FIELDS = ("seconds", "task", "pid", "global_step", "threads", "rss_mb", "fds")
@@ -189,12 +190,14 @@ def main(argv=None) -> int:
     if args.json:
         write_json(args.json, {**result, "checks": verdicts, "steps_per_sec": rate})
     growths = result["growth"].values()
-    print(f"RESULT minutes={result['minutes']} steps={result['global_step']} accuracy={result['accuracy']} "
-          f"restarts={result['restarts']} max_thread_growth={max((g['thread_growth'] for g in growths), default=0)} "
-          f"max_rss_growth={max((g['rss_growth'] for g in growths), default=0):.1%} "
-          f"max_fd_growth={max((g['fd_growth'] for g in growths), default=0):.1%} "
-          f"disk_mb={sum(end.get(k, 0) for k in DISK_KINDS) / 2**20:.0f} all_checks="
-          f"{'pass' if all(verdicts.values()) else 'FAIL'}")
+    line = (f"RESULT minutes={result['minutes']} steps={result['global_step']} accuracy={result['accuracy']} "
+            f"restarts={result['restarts']} max_thread_growth={max((g['thread_growth'] for g in growths), default=0)} "
+            f"max_rss_growth={max((g['rss_growth'] for g in growths), default=0):.1%} "
+            f"max_fd_growth={max((g['fd_growth'] for g in growths), default=0):.1%} "
+            f"disk_mb={sum(end.get(k, 0) for k in DISK_KINDS) / 2**20:.0f} all_checks="
+            f"{'pass' if all(verdicts.values()) else 'FAIL'}")
+    record_run(args, "soak", figures_of(line))
+    print(line)
     return 0
 
 

@@ -16,6 +16,15 @@ def no_launch_outlives_its_test():
     stop_started_launches()
 
 
+@pytest.fixture(autouse=True)
+def benchmark_results(tmp_path, monkeypatch) -> Path:
+    """Where a benchmark a test runs appends its line (benchmarks/results.py): a temporary file, never the
+    committed docs/benchmark_results.jsonl. Subprocesses inherit it."""
+    path = tmp_path / "benchmark_results.jsonl"
+    monkeypatch.setenv("ESTIMATOR_MNIST_BENCHMARK_RESULTS", str(path))
+    return path
+
+
 @pytest.fixture
 def write_yaml(tmp_path):
     def write(text: str, name: str = "cluster.yaml") -> Path:

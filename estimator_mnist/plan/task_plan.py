@@ -83,8 +83,8 @@ def _pinned_cpus(config: Config, task: TaskId, settings: TaskSettings,
     """The k-th of n trainers on a machine gets the k-th n-th of the cores this process may use.
 
     Unpinned, two single-threaded workers on two cores kept migrating and
-    interrupting each other: pinned, each made 12% more images/s (Xeon with
-    AMX, 2026-11-23, docs/performance.md).
+    interrupting each other: pinned, each makes more images/s
+    (docs/performance.md, "What makes it fast").
     """
     trainers = _trainers_beside(config, task)
     if not settings.pin_cores or not task.is_trainer or len(trainers) < 2 or len(cpu_set) < len(trainers):
@@ -104,9 +104,8 @@ def _threads(config: Config, task: TaskId, settings: TaskSettings, cores: int, s
     if task.is_evaluator:
         # A thread per core: at SCHED_IDLE it computes only on what the
         # trainers leave idle, and the final evaluation, with the trainers
-        # done, gets every core. With one (Zen 4, 2026-11-24, three default
-        # runs each) the trainers went no faster, and the exit came 7.1-7.6 s
-        # after the last step instead of 5.0-6.3 s.
+        # done, gets every core. With one the trainers went no faster, and the
+        # final evaluation took longer (docs/performance.md, "What was tried and not kept").
         auto = (cores, 1)
     elif task.type == "ps":
         auto = (1, 2)  # a ps task only applies updates
@@ -132,8 +131,8 @@ def _environment(config: Config, settings: TaskSettings, environ: Mapping[str, s
     env = {"PYTHONUNBUFFERED": "1"}
     if x86:
         # TF 2.15 turns oneDNN on by itself only with cpu.TF_ONEDNN_DEFAULT_FLAGS; elsewhere (AVX2-only
-        # EPYCs) its Eigen kernels were 0.64x as fast: 1,263 against 1,966 images/s for two like-for-like
-        # workers on the Zen 4 (docs/performance.md, "oneDNN on every x86 CPU"). A value the user exported wins.
+        # EPYCs) its Eigen kernels are much slower (docs/performance.md, "oneDNN on every x86 CPU").
+        # A value the user exported wins.
         env["TF_ENABLE_ONEDNN_OPTS"] = environ.get("TF_ENABLE_ONEDNN_OPTS", "1")
     if config.session.log_device_placement:
         env["TF_CPP_MIN_LOG_LEVEL"] = "0"  # the placement lines are INFO-level C++ logs

@@ -37,8 +37,8 @@ def run(spec: TaskSpec, ready_fd: int) -> int:
     priority = apply_to_this_process(spec.plan)  # before TensorFlow is imported: env, cores, umask, priority
     set_tf_config(spec)
     # Python's cyclic garbage collector would scan every object TensorFlow's import creates, over and over
-    # while their number grows (docs/performance.md, "Start-up"). run_task turns it back on.
-    # Pinned by tests/unit/test_startup_gc.py.
+    # while their number grows, and free almost none: over a third of the import's time (docs/performance.md,
+    # "What makes it fast"). run_task turns it back on. Pinned by tests/unit/test_startup_gc.py.
     gc.disable()
     from estimator_mnist.tf_task.runner import run_task  # pylint: disable=import-outside-toplevel
     from estimator_mnist.tf_task.teardown import exit_now  # pylint: disable=import-outside-toplevel

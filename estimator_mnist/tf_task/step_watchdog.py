@@ -5,10 +5,10 @@ all-reduce's wait (CommunicationOptions.timeout_seconds) by starting, for every
 collective op it runs, a thread that sleeps out the whole timeout
 (base_collective_executor.cc, SchedNonBlockingClosureAfter; its own TODO says
 "Share the timeout watchdog thread among collectives"). Three collectives run
-per step, so with the default 300 s a trainer gained about 65 threads a second
-on a 2-core Zen 4 and held about 16,000 after four minutes; two trainers then
-reached the machine's pid_max and died with std::system_error (SIGABRT). A
-container's pids limit ends them within seconds.
+per step, so with the default 300 s a trainer gained dozens of threads a
+second and held thousands after a few minutes; two trainers then reached the
+machine's pid_max and died with std::system_error (SIGABRT). A container's
+pids limit ends them within seconds.
 
 So the collective ops get no timeout (strategy.py), and this hook bounds each
 training step instead: one thread per trainer, whatever the run's length. A

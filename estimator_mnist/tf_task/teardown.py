@@ -44,8 +44,8 @@ class TeardownWatchdogHook(tf.compat.v1.train.SessionRunHook):
     final evaluation too) and `timeout_secs` have passed since that checkpoint,
     it says why and exits 0: nothing is lost. The evaluation runs within those
     seconds, not before them: the default run's chief, blocked every time,
-    used to exit a whole timeout after the final evaluation (Zen 4, 2026-11-24:
-    6.1-6.5 s from the last step to the launcher's exit, 3 s of it waiting).
+    used to exit a whole timeout after the final evaluation (docs/performance.md,
+    "What makes it fast").
     A final evaluation that does not come within `final_timeout_secs` ends it
     with 1. Pinned by
     tests/unit/test_hooks.py::test_teardown_watchdog_exits_only_once_the_work_is_saved and

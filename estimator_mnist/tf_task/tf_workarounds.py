@@ -72,7 +72,7 @@ def bound_close_after_an_error(timeout_secs: float, errors: tuple, on_timeout) -
     A trainer whose ps host went down got DeadlineExceededError within
     session.operation_timeout_ms, then hung in MonitoredSession's exit:
     GrpcSession::Close -> LocalMaster::CloseSession waits for the lost ps with
-    no deadline (gdb, on the simulated hosts, 2026-11-25), so the error never
+    no deadline (gdb, on the simulated hosts), so the error never
     reached the task's exit code. After one of `errors`, the exit now waits at
     most `timeout_secs` (training.teardown_timeout_secs), then calls
     `on_timeout(error)`, which ends the task with that error's line. Pinned by
@@ -205,7 +205,7 @@ def size_thread_pools(intra_op_threads: int, inter_op_threads: int) -> None:
 def no_bfloat16_fusion(proto: tf.compat.v1.ConfigProto) -> None:
     """TF 2.15: in a cluster session grappler's remapper fuses bfloat16 Conv2D+BiasAdd+Relu into a
     _FusedConv2D that has no bfloat16 CPU kernel, and the first step fails. Bfloat16 trainers turn the
-    remapper off, and so does an evaluator told to evaluate in bfloat16 (8% slower evaluations on the Zen 4).
+    remapper off, and so does an evaluator told to evaluate in bfloat16 (its evaluations are slower).
     Pinned by tests/unit/test_strategy.py::test_bfloat16_turns_off_the_fusion_that_has_no_bfloat16_kernel.
     """
     from tensorflow.core.protobuf import rewriter_config_pb2  # pylint: disable=import-outside-toplevel

@@ -21,7 +21,12 @@ def processes_mentioning(text: str):
     return [p.pid for p in psutil.process_iter(["cmdline"]) if any(text in arg for arg in p.info["cmdline"] or ())]
 
 
-def test_keras_comparison_smoke_run(tmp_path, mnist_data_dir):
+def recorded(results_file):
+    """The lines a benchmark appended to the results file the tests give it (tests/conftest.py)."""
+    return [json.loads(line) for line in results_file.read_text().splitlines()] if results_file.exists() else []
+
+
+def test_keras_comparison_smoke_run(tmp_path, mnist_data_dir, benchmark_results):
     out = tmp_path / "figures.json"
     result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "keras_comparison.py"), "--smoke",
                              "--ddp", "off", "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=1200)
@@ -39,6 +44,7 @@ def test_keras_comparison_smoke_run(tmp_path, mnist_data_dir):
     assert default["max_steps"] == 20 and default["evaluations"][-1][0] == 20
     assert default["precision"] in ("float32", "mixed_bfloat16") and 0 <= default["exit_after_last_step"] < 60
     assert not processes_mentioning("keras_comparison_"), "the benchmark left processes behind"
+    assert recorded(benchmark_results) == [], "a smoke run measures nothing: it appends no results line"
 
 
 def test_ddp_reference_data_are_the_batches_input_fn_gives_each_worker(tmp_path, mnist_data_dir):
@@ -48,7 +54,7 @@ def test_ddp_reference_data_are_the_batches_input_fn_gives_each_worker(tmp_path,
     assert result.returncode == 0 and result.stdout.strip().endswith("same"), result.stdout[-2000:] + result.stderr[-3000:]
 
 
-def test_schedule_probe_smoke_run(mnist_data_dir):
+def test_schedule_probe_smoke_run(mnist_data_dir, benchmark_results):
     result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "schedule_probe.py"), "--steps", "2",
                              "--batch", "8", "--warmup", "1", "--start", "1", "--every", "1",
                              "--data-dir", str(mnist_data_dir)], cwd=REPO, capture_output=True, text=True, timeout=600)
@@ -56,9 +62,11 @@ def test_schedule_probe_smoke_run(mnist_data_dir):
     last = result.stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"RESULT first_992=(None|\d+) final=\d\.\d{4} evaluations=\[\[1, [\d.]+\], \[2, [\d.]+\]\]",
                         last), last
+    (line,) = recorded(benchmark_results)
+    assert line["benchmark"] == "schedule_probe" and [step for step, _ in line["figures"]["evaluations"]] == [1, 2]
 
 
-def test_onednn_kernels_smoke_run():
+def test_onednn_kernels_smoke_run(benchmark_results):
     """The kernel census finds the trainer worker's log and oneDNN's lines in it (20 steps; measures nothing)."""
     too_few = subprocess.run([sys.executable, str(REPO / "benchmarks" / "onednn_kernels.py"), "--steps", "4"],
                              cwd=REPO, capture_output=True, text=True, timeout=60)
@@ -71,3 +79,6 @@ def test_onednn_kernels_smoke_run():
     assert re.fullmatch(r"RESULT trainer_ms_per_step=\d+\.\d\d ddp_ms_per_step=none isa=native", last), last
     assert float(last.split()[1].split("=")[1]) > 0
     assert not processes_mentioning("onednn_kernels_"), "the benchmark left processes behind"
+    (line,) = recorded(benchmark_results)
+    assert line["benchmark"] == "onednn_kernels" and line["variant"] == "--steps 20"
+    assert line["figures"]["isa"] == "native" and line["figures"]["trainer_ms_per_step"] > 0

@@ -1,6 +1,7 @@
 """CPU priority: every thread of a process, the ones already running included, moves to SCHED_IDLE or a niceness."""
 
 import ast
+import json
 import os
 import re
 import subprocess
@@ -34,7 +35,7 @@ def test_a_niceness_applies_to_every_thread():
     assert nice == [7]
 
 
-def test_the_core_sharing_benchmark_times_each_cpu_alone_and_together():
+def test_the_core_sharing_benchmark_times_each_cpu_alone_and_together(benchmark_results):
     result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "core_sharing.py"), "--seconds", "0.2"],
                             capture_output=True, text=True, timeout=120, cwd=REPO)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -42,6 +43,9 @@ def test_the_core_sharing_benchmark_times_each_cpu_alone_and_together():
     if len(os.sched_getaffinity(0)) < 2:
         assert "nothing to compare" in lines[-1]
         return
+    (record,) = [json.loads(line) for line in benchmark_results.read_text().splitlines()]
+    assert record["benchmark"] == "core_sharing" and record["variant"] == "--seconds 0.2"
+    assert record["figures"]["cpus"] == len(os.sched_getaffinity(0)) and len(record["figures"]["gflops_alone"]) >= 2
     cpus = [line for line in lines if line.startswith("CPU ")]
     assert len(cpus) == len(os.sched_getaffinity(0))
     assert all(re.fullmatch(r"CPU \d+: \d+\.\d GFLOP/s alone, \d+\.\d with every CPU busy", c) for c in cpus)

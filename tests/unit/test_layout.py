@@ -180,9 +180,22 @@ def test_every_package_module_names_its_job():
     assert not missing, missing
 
 
-@pytest.mark.parametrize("name, limit", [("README.md", 250)])
+@pytest.mark.parametrize("name, limit", [("README.md", 250), ("docs/performance.md", 300)])
 def test_readme_fits_a_few_screens(name, limit):
     assert (REPO / name).read_text(encoding="utf-8").count("\n") <= limit
+
+
+def test_code_and_yaml_comments_carry_no_dated_figures():
+    """Measurements live in docs/performance.md, made from the benchmarks' results file with their date, commit
+    and CPU; a comment points there rather than keep a copy that goes stale."""
+    import re
+
+    date = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+    paths = [*(REPO / "estimator_mnist").rglob("*.py"), *(REPO / "config").rglob("*.yaml"),
+             *(REPO / "scripts").glob("*"), REPO / "run_local.sh"]
+    dated = [f"{path.relative_to(REPO)}:{number}" for path in paths if path.is_file()
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if date.search(line)]
+    assert not dated, "a date in code or YAML; put the figure in docs/performance.md: " + ", ".join(dated)
 
 
 def test_every_tensorflow_work_around_names_a_test_that_exists():

@@ -1,0 +1,170 @@
+"""The tables of docs/performance.md, made from the benchmark results file (benchmarks/results.py).
+
+Each table shows the newest line per benchmark, CPU and variant (the flags that
+changed what was measured): today's figures, with the date and the commit
+they were measured at. The file keeps every line; this shows the newest.
+
+  .venv/bin/python benchmarks/results_table.py            # print the tables
+  .venv/bin/python benchmarks/results_table.py --write    # rewrite them in docs/performance.md
+
+In the doc, each table sits between `<!-- results_table.py: NAME -->` and
+`<!-- /results_table.py -->`, NAME one of the views below; a unit test checks
+that the doc's tables are what this script makes of the committed file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+from pathlib import Path
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+from estimator_mnist.errors import USAGE_EXIT_CODE
+
+from results import REPO, RESULTS_FILE, read_results
+
+DOC = REPO / "docs" / "performance.md"
+BLOCK = re.compile(r"(<!-- results_table\.py: (\w+) -->\n)(.*?)(<!-- /results_table\.py -->)", re.S)
+KINDS = ("amx", "avx512_bf16", "avx512", "avx2", "other")
+UNKNOWN_TABLE = "unknown table '{name}'; the tables are: {names}"
+NO_BLOCK = ("no block for the table '{name}': add <!-- results_table.py: {name} --> and <!-- /results_table.py --> "
+            "on lines of their own")
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    key: str
+    header: str
+    digits: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class View:
+    """One table: a benchmark's lines that have the figure `needs`, in `columns`; benchmark None: every benchmark
+    that no other view shows, with all its figures in one cell."""
+
+    name: str
+    benchmark: Optional[str]
+    columns: Tuple[Column, ...] = ()
+    needs: Optional[str] = None
+
+
+VIEWS = (
+    View("default_run", "keras_comparison", (
+        Column("precision", "precision"), Column("time_to_992", "99.2% first evaluated, s (median)", 1),
+        Column("steps_at_992", "at step"), Column("final_accuracy", "final accuracy (worst)", 3),
+        Column("first_step_after_launch", "launch to first step, s", 1),
+        Column("exit_after_last_step", "last step to exit, s (worst)", 1),
+        Column("defaults_2w_images_per_sec", "images/s", 0)), needs="final_accuracy"),
+    View("peers", "keras_comparison", (
+        Column("fp32_2w_ratio", "2 workers / Keras", 2), Column("ddp_2w_ratio", "2 workers / DDP", 2),
+        Column("two_over_one", "2 workers / 1", 2), Column("startup_ratio", "start-up / Keras", 2),
+        Column("keras_minus_trainer_points", "Keras minus trainer, points", 2),
+        Column("trainer_2w_images_per_sec", "images/s, 2 workers", 0),
+        Column("bf16_2w_ratio", "defaults / Keras", 2)), needs="fp32_2w_ratio"),
+    View("other", None),
+)
+
+
+def cpu_label(cpu: dict) -> str:
+    numbers = f" (family {cpu['family']} model {cpu['model']})" if cpu.get("family") is not None else ""
+    name = cpu.get("model_name") or cpu.get("vendor") or "unknown"
+    return f"{name}{numbers}, {cpu.get('kind')}, {cpu.get('cpus')} CPUs"
+
+
+def _cpu_order(cpu: dict) -> tuple:
+    kind = cpu.get("kind")
+    return (KINDS.index(kind) if kind in KINDS else len(KINDS), cpu_label(cpu))
+
+
+def newest(records: Iterable[dict]) -> List[dict]:
+    """The newest line of each benchmark, CPU and variant (the later line when two have the same date), sorted."""
+    kept = {}
+    for record in records:
+        key = (record["benchmark"], cpu_label(record["cpu"]), record.get("variant", ""))
+        if key not in kept or record["date"] >= kept[key]["date"]:
+            kept[key] = record
+    return sorted(kept.values(), key=lambda r: (r["benchmark"], _cpu_order(r["cpu"]), r.get("variant", "")))
+
+
+def cell(value, digits: Optional[int] = None) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ", ".join(cell(v, digits) for v in value)
+    if isinstance(value, float) and digits is not None:
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _note(record: dict) -> str:
+    load = record.get("load_average")
+    parts = ([f"load {load:g}"] if load is not None else []) + ([record["note"]] if record.get("note") else [])
+    return "; ".join(parts).replace("|", "/")
+
+
+def _shown(view: View, record: dict) -> bool:
+    if view.benchmark is None:
+        return record["benchmark"] not in {v.benchmark for v in VIEWS if v.benchmark}
+    return record["benchmark"] == view.benchmark and record["figures"].get(view.needs) is not None
+
+
+def _scalars(figures: dict) -> str:
+    """Every figure but lists and the CPU kind (its own column), as key=value."""
+    return " ".join(f"{k}={cell(v)}" for k, v in figures.items() if not isinstance(v, (list, dict)) and k != "cpu")
+
+
+def render(view: View, records: Sequence[dict]) -> str:
+    rows = newest(r for r in records if _shown(view, r))
+    first = ["benchmark"] if view.benchmark is None else []
+    figures = [c.header for c in view.columns] or ["figures"]
+    lines = ["| " + " | ".join(first + ["CPU", "date (UTC), commit", "variant"] + figures + ["note"]) + " |",
+             "|" + " --- |" * (len(first) + 4 + len(figures))]
+    for r in rows:
+        values = ([cell(r["figures"].get(c.key), c.digits) for c in view.columns] if view.columns
+                  else [_scalars(r["figures"])])
+        date = r["date"].replace("T", " ")[:16]
+        lines.append("| " + " | ".join(([r["benchmark"]] if first else []) + [
+            cpu_label(r["cpu"]), f"{date}, {r.get('commit') or '-'}", f"`{r['variant']}`" if r.get("variant") else "",
+            *values, _note(r)]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def rewrite(doc: str, records: Sequence[dict]) -> str:
+    """`doc` with each table block made again from `records`; every view must have its block."""
+    views = {view.name: view for view in VIEWS}
+    found = [match.group(2) for match in BLOCK.finditer(doc)]
+    for name in found:
+        if name not in views:
+            raise ValueError(UNKNOWN_TABLE.format(name=name, names=", ".join(views)))
+    missing = [name for name in views if name not in found]
+    if missing:
+        raise ValueError(NO_BLOCK.format(name=missing[0]))
+    return BLOCK.sub(lambda m: m.group(1) + render(views[m.group(2)], records) + m.group(4), doc)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", type=Path, default=RESULTS_FILE, help="the JSON lines (default: %(default)s)")
+    parser.add_argument("--doc", type=Path, default=DOC, help="the doc --write rewrites (default: %(default)s)")
+    parser.add_argument("--write", action="store_true", help="rewrite the doc's tables instead of printing them")
+    args = parser.parse_args(argv)
+    path = args.results
+    try:
+        records = read_results(path)
+        if not args.write:
+            print("\n".join(f"{view.name}:\n{render(view, records)}" for view in VIEWS))
+            return 0
+        path = args.doc
+        args.doc.write_text(rewrite(args.doc.read_text(encoding="utf-8"), records), encoding="utf-8")
+    except (OSError, ValueError) as error:
+        print(f"results_table.py: error: {path}: {error}", file=sys.stderr)
+        return USAGE_EXIT_CODE
+    print(f"rewrote the tables of {args.doc} from {len(records)} lines of {args.results}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
