@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Iterable, List, Optional
 
 # cpu.py reads the first processor's /proc/cpuinfo fields; vendor, family and model are among them.
-from estimator_mnist.cpu import _cpuinfo, cpu_kind, cpu_model, usable_cpus
+from estimator_mnist.plan.cpu import cpu_kind, cpu_model, cpuinfo, usable_cpus
 
 FORMAT = 1
 REPO = Path(__file__).resolve().parent.parent
@@ -64,7 +64,7 @@ class BenchmarkParser(argparse.ArgumentParser):
 
 def cpu_identity(cpuinfo_path: str = "/proc/cpuinfo") -> dict:
     """Vendor, family and model numbers, model name, the CPU kind the figures are given per, and usable CPUs."""
-    fields = _cpuinfo(cpuinfo_path)
+    fields = cpuinfo(cpuinfo_path)
 
     def number(key: str) -> Optional[int]:
         try:

@@ -25,7 +25,7 @@ def pin_to(cpus) -> None:
     psutil.Process().cpu_affinity(list(cpus))
 
 
-def _cpuinfo(cpuinfo_path: str) -> dict:
+def cpuinfo(cpuinfo_path: str) -> dict:
     """The first processor's fields of /proc/cpuinfo (psutil reports neither the flags nor the model)."""
     fields = {}
     try:
@@ -42,7 +42,7 @@ def _cpuinfo(cpuinfo_path: str) -> dict:
 
 def _flags(cpuinfo_path: str) -> set:
     """The first processor's CPU flags."""
-    return set(_cpuinfo(cpuinfo_path).get("flags", "").split())
+    return set(cpuinfo(cpuinfo_path).get("flags", "").split())
 
 
 def cpu_has_bfloat16(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
@@ -71,7 +71,7 @@ def cpu_kind(cpuinfo_path: str = "/proc/cpuinfo") -> str:
 
 def cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str:
     """The model name /proc/cpuinfo gives, e.g. 'AMD EPYC 9R14 96-Core Processor'."""
-    return _cpuinfo(cpuinfo_path).get("model name", "unknown")
+    return cpuinfo(cpuinfo_path).get("model name", "unknown")
 
 
 def _cpu_list(text: str) -> set:
