@@ -1,8 +1,10 @@
 """What each `estimator-mnist` subcommand does, after cli.py has parsed its flags.
 
-TensorFlow is imported only by the commands that run it (train,
-prepare-data), and only after the input is validated and the task's plan is
-applied, so bad input is rejected in well under a second.
+TensorFlow is imported only by the commands that run it (prepare-data,
+predict, ensemble, serve), and only after their input is checked; `train`
+never imports it: it resolves its task's TaskSpec and hands it to its
+TensorFlow process (task_process.py). Bad input is rejected in well under a
+second.
 """
 
 from __future__ import annotations
