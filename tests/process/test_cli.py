@@ -1,9 +1,15 @@
 """Each command once as a real process: its exit code, and one line on stderr for bad input."""
 
 import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
 
 import pytest
 
+from estimator_mnist import cli, commands
+from estimator_mnist.plan.task_spec import spec_from_json
 from tests.helpers import REPO, run_cli
 
 
@@ -81,3 +87,28 @@ def test_sweep_refuses_bad_input_before_any_trial(args, expected, tmp_path):
 
 def test_ensemble_refuses_a_directory_without_a_sweep(tmp_path):
     assert "no sweep.json there" in one_error_line(run_cli("ensemble", "--sweep-dir", str(tmp_path)))
+
+
+def test_the_tensorflow_process_runs_from_its_spec_alone(tmp_path):
+    """Its only input is the TaskSpec on stdin: the caller's TF_CONFIG and working directory (no YAML there) do
+    not matter, and its first log line is the spec `train` resolved, --set value included, precision filled in."""
+    args = cli.build_parser().parse_args([
+        "train", "--cluster", str(REPO / "config" / "one_device.yaml"), "--task", "chief:0",
+        "--set", "training.batch_size_per_replica=24", "--data-dir", str(tmp_path / "empty"),
+        "--run-dir", str(tmp_path / "run")])
+    spec = commands.resolve(args).spec()
+    ready_read, ready_write = os.pipe()
+    try:
+        result = subprocess.run([sys.executable, "-m", "estimator_mnist.tf_task", "--ready-fd", str(ready_write)],
+                                input=spec.to_json(), pass_fds=(ready_write,), capture_output=True, text=True,
+                                cwd=tmp_path, timeout=300,
+                                env={**os.environ, "TF_CONFIG": "{not what the task runs with"})
+    finally:
+        os.close(ready_read)
+        os.close(ready_write)
+    ours = [line for line in result.stderr.splitlines() if "[estimator-mnist] " in line]
+    assert ours and " spec {" in ours[0], result.stderr[-3000:]
+    logged = spec_from_json(ours[0].split(" spec ", 1)[1], "the log")
+    assert logged == replace(spec, plan=spec.plan.with_precision([]))
+    assert logged.config.training.batch_size_per_replica == 24 and logged.plan.precision != "auto"
+    assert result.returncode == 2 and "MNIST is not prepared in" in result.stderr.strip().splitlines()[-1]
