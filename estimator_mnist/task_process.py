@@ -21,6 +21,8 @@ The parent exists so that a task always ends with a code of the exit table
   accepts their connections), so nothing else would name it, under `launch`
   or not.
 The child reports that its session exists by writing to a pipe (--ready-fd).
+Its stderr passes through the parent, which leaves out TensorFlow's known
+start-up lines and nothing else (task_output.py): a pod's log is its stderr.
 
 An evaluator on the trainers' machine starts its child only once a trainer
 has taken a step (or a checkpoint exists): importing TensorFlow and building
@@ -43,6 +45,7 @@ from .errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE
 from .launch.processes import describe_exit, die_with_parent, stopped_by_signal
 from .peers import describe_missing, missing_peers, peers_of
 from .progress import FRESH_SECS, read_progress
+from .task_output import FilteredStderr
 from .task_plan import TaskPlan
 from .tasklog import log
 
@@ -180,22 +183,41 @@ class TaskParent:
             f"{RETRYABLE_EXIT_CODE} (retryable) so that a restart resumes from the last checkpoint")
         return RETRYABLE_EXIT_CODE
 
+    def _start_child(self, command: List[str], ready_write: int, env: Optional[dict], stderr: FilteredStderr) -> None:
+        try:
+            self.child = subprocess.Popen(command, pass_fds=(ready_write,), preexec_fn=die_with_parent, env=env,
+                                          stderr=stderr.child_end)
+        except BaseException:
+            stderr.finish()
+            raise
+        finally:
+            os.close(ready_write)
+        stderr.started()
+
+    def _wait_child(self, ready_read: int) -> bool:
+        """Until the child has ended; False when this process had to end it (retryable)."""
+        if self._needs_startup_watchdog() and not self._wait_ready(ready_read):
+            return False
+        while self.child.poll() is None:
+            self._kill_child_if_overdue()
+            if self.stopped_too_long():
+                return False
+            time.sleep(0.2)
+        return True
+
     def run(self, command: List[str], ready_write: int, ready_read: int, env: Optional[dict] = None) -> int:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             if self.start_gate is not None and not self._wait_for_gate():
                 os.close(ready_write)
                 return self.stop_code()  # stopped before its child started: nothing of its work is done
-            self.child = subprocess.Popen(command, pass_fds=(ready_write,), preexec_fn=die_with_parent, env=env)
-            os.close(ready_write)
-            if self._needs_startup_watchdog() and not self._wait_ready(ready_read):
-                return RETRYABLE_EXIT_CODE
-            while self.child.poll() is None:
-                self._kill_child_if_overdue()
-                if self.stopped_too_long():
-                    return RETRYABLE_EXIT_CODE
-                time.sleep(0.2)
-            return self.exit_code(self.child.returncode)
+            stderr = FilteredStderr()  # TensorFlow's known start-up lines left out (task_output.py)
+            self._start_child(command, ready_write, env, stderr)
+            try:
+                ended_by_itself = self._wait_child(ready_read)
+            finally:
+                stderr.finish()  # the child's last lines come before the task's own last word
+            return self.exit_code(self.child.returncode) if ended_by_itself else RETRYABLE_EXIT_CODE
         finally:
             os.close(ready_read)
             for sig, handler in previous.items():

@@ -17,7 +17,7 @@ TF_FREE = ["estimator_mnist.errors", "estimator_mnist.config", "estimator_mnist.
            "estimator_mnist.config.overrides", "estimator_mnist.config.load", "estimator_mnist.config.keys",
            "estimator_mnist.topology", "estimator_mnist.hosts", "estimator_mnist.tasklog", "estimator_mnist.task_plan", "estimator_mnist.cpu",
            "estimator_mnist.files", "estimator_mnist.progress", "estimator_mnist.checkpoints", "estimator_mnist.disk_full",
-           "estimator_mnist.netns", "estimator_mnist.netns_holder", "estimator_mnist.peers", "estimator_mnist.task_process",
+           "estimator_mnist.netns", "estimator_mnist.netns_holder", "estimator_mnist.peers", "estimator_mnist.task_process", "estimator_mnist.task_output",
            "estimator_mnist.data_prep", "estimator_mnist.decoded_mnist", "estimator_mnist.splits",
            "estimator_mnist.config.identity", "estimator_mnist.ensemble_selection", "estimator_mnist.ensemble_report", "estimator_mnist.mnist_files", "estimator_mnist.launch",
            "estimator_mnist.predict", "estimator_mnist.run_summary", "estimator_mnist.tf_noise",
