@@ -122,8 +122,8 @@ def test_a_task_started_by_hand_shows_none_of_tensorflow_s_known_start_up_lines(
     """The real `train` and its TensorFlow process (which fails on the missing data after its start-up), at
     TF_CPP_MIN_LOG_LEVEL=0 so that the oneDNN notice is printed too; beside it, TensorFlow imported directly."""
     env = {"TF_CPP_MIN_LOG_LEVEL": "0", "TF_ENABLE_ONEDNN_OPTS": "1"}
-    direct = subprocess.run([sys.executable, "-c", "import tensorflow"], capture_output=True, text=True, cwd=REPO,
-                            env={**os.environ, **env}, timeout=300)
+    direct = subprocess.run([sys.executable, "-m", "tests.process.startup_lines_probe", "tensorflow"],
+                            capture_output=True, text=True, cwd=REPO, env={**os.environ, **env}, timeout=300)
     messages = [line.split("] ", 1)[1] for line in TF_STARTUP_LINES]
     assert all(message in direct.stderr for message in messages), direct.stderr  # what there is to leave out
     result = run_cli("train", "--cluster", "config/one_device.yaml", "--task", "chief:0", "--data-dir",

@@ -13,6 +13,7 @@ from estimator_mnist.errors import RETRYABLE_EXIT_CODE
 from estimator_mnist.task_plan import plan_task
 from estimator_mnist.task_process import TaskParent
 from tests.helpers import TF_STARTUP_LINES
+from tests.process.startup_lines_probe import LAST_WORDS, OTHERS
 
 CONFIG = config_from_dict({"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"], "evaluator": "localhost"}},
                           "t.yaml")
@@ -40,29 +41,14 @@ def test_a_child_that_is_continued_in_time_is_left_alone():
     assert parent.run([*STOPS_ITSELF, "1"], write, read) == 0
 
 
-# A stand-in for the TensorFlow process: TensorFlow's five start-up lines among others on stderr, a line on
-# stdout, a last line without a newline, then the exit code or the signal it is given.
-NOISY = ("import os, signal, sys\n"
-         "sys.stderr.write(sys.argv[1]); sys.stderr.flush(); print('on stdout', flush=True)\n"
-         "sys.stderr.write('last words'); sys.stderr.flush()\n"
-         "code = int(sys.argv[2])\n"
-         "os.kill(os.getpid(), -code) if code < 0 else os._exit(code)\n")
-OTHERS = ["2026-11-25 05:57:26.050802: I external/local_tsl/tsl/cuda/cudart_stub.cc:31] Could not find cuda drivers on "
-          "your machine, GPU will not be used.",
-          "2026-11-25 06:00:00.000001: E tensorflow/core/common_runtime/base_collective_executor.cc:249] "
-          "BaseCollectiveExecutor::StartAbort UNAVAILABLE: failed to connect to all addresses",
-          "[estimator-mnist] task evaluator:0 role=evaluator", "Traceback (most recent call last):"]
-
-
 @pytest.mark.parametrize("code, task_code", [(3, 3), (0, 0), (-signal.SIGKILL, RETRYABLE_EXIT_CODE)])
 def test_the_task_s_stderr_leaves_out_tensorflow_s_start_up_lines_and_nothing_else(code, task_code, capfd):
-    text = "".join(line + "\n" for pair in zip(TF_STARTUP_LINES, OTHERS + [OTHERS[0]]) for line in pair)
     parent = TaskParent(plan_task(CONFIG, TaskId("evaluator", 0)), session_timeout_secs=300)
     read, write = os.pipe()
-    assert parent.run([sys.executable, "-c", NOISY, text, str(code)], write, read) == task_code
+    assert parent.run([sys.executable, "-m", "tests.process.startup_lines_probe", str(code)], write, read) == task_code
     out, err = capfd.readouterr()
     assert out == "on stdout\n"
     lines = err.splitlines()
-    assert lines[:len(OTHERS) + 1] == OTHERS + [OTHERS[0]]  # in order
-    assert lines[len(OTHERS) + 1].startswith("last words")  # the unfinished line too, before the parent's own
+    assert lines[:len(OTHERS)] == OTHERS  # in order
+    assert lines[len(OTHERS)].startswith(LAST_WORDS)  # the unfinished line too, before the parent's own
     assert not set(TF_STARTUP_LINES) & set(lines)
