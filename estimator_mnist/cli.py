@@ -7,6 +7,8 @@ line on stderr and exit code 2. No TensorFlow is imported here.
 from __future__ import annotations
 
 import argparse
+import os
+import select
 import sys
 
 from estimator_mnist import commands
@@ -219,17 +221,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def reader_gone(fd: int) -> bool:
+    """The reading end of `fd` is closed (poll(2) reports POLLERR for the writing end of such a pipe)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _quiet_after_reader_left() -> bool:
+    """True, with stdout (or stderr) on /dev/null, when a reader of this process's output stopped early
+    (`keys | head -1`): the Python documentation's recipe for SIGPIPE, so that neither a traceback nor the
+    flush at exit follows. False for a BrokenPipeError of any other pipe (a child's stdin): that is a failure."""
+    gone = [fd for fd in (1, 2) if reader_gone(fd)]
+    if not gone:
+        return False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in gone:
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    return True
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     try:
         check_python()
         args = parser.parse_args(argv)
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, not at exit, so that a reader gone by now is noticed below
+        return code
     except UsageError as exc:
         print(f"estimator-mnist: error: {exc}", file=sys.stderr)
         return USAGE_EXIT_CODE
     except KeyboardInterrupt:
         return INTERRUPTED_EXIT_CODE
+    except BrokenPipeError:
+        if _quiet_after_reader_left():
+            return 0  # the reader stopped once it had what it wanted: not a failure of this command
+        raise
 
 
 if __name__ == "__main__":

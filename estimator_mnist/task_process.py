@@ -21,7 +21,9 @@ The parent exists so that a task always ends with a code of the exit table
   accepts their connections), so nothing else would name it, under `launch`
   or not.
 The child takes the task's TaskSpec on its stdin, and reports that its session
-exists by writing to a pipe (--ready-fd).
+exists by writing to a pipe (--ready-fd). Its stderr passes through the
+parent, which leaves out TensorFlow's known start-up lines and nothing else
+(task_output.py): a pod's log is its stderr.
 
 An evaluator on the trainers' machine starts its child only once a trainer
 has taken a step (or a checkpoint exists): importing TensorFlow and building
@@ -44,6 +46,7 @@ from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE
 from estimator_mnist.launch.processes import describe_exit, die_with_parent, stopped_by_signal
 from estimator_mnist.plan.peers import describe_missing, missing_peers, peers_of
 from estimator_mnist.progress import FRESH_SECS, read_progress
+from estimator_mnist.task_output import FilteredStderr
 from estimator_mnist.plan.task_plan import TaskPlan
 from estimator_mnist.plan.task_spec import TaskSpec, spec_environment
 from estimator_mnist.tasklog import log
@@ -181,6 +184,30 @@ class TaskParent:
             f"{RETRYABLE_EXIT_CODE} (retryable) so that a restart resumes from the last checkpoint")
         return RETRYABLE_EXIT_CODE
 
+    def _start_child(self, command: List[str], ready_write: int, env: Optional[dict], stderr: FilteredStderr,
+                     spec: bytes) -> None:
+        try:
+            self.child = subprocess.Popen(command, stdin=subprocess.PIPE, pass_fds=(ready_write,),
+                                          preexec_fn=die_with_parent, env=env, stderr=stderr.child_end)
+        except BaseException:
+            stderr.finish()
+            raise
+        finally:
+            os.close(ready_write)
+        stderr.started()
+        self._hand_over(spec)
+
+    def _wait_child(self, ready_read: int) -> bool:
+        """Until the child has ended; False when this process had to end it (retryable)."""
+        if self._needs_startup_watchdog() and not self._wait_ready(ready_read):
+            return False
+        while self.child.poll() is None:
+            self._kill_child_if_overdue()
+            if self.stopped_too_long():
+                return False
+            time.sleep(0.2)
+        return True
+
     def run(self, command: List[str], ready_write: int, ready_read: int, env: Optional[dict] = None,
             spec: bytes = b"") -> int:
         """Starts `command` with `spec` on its stdin and waits for it, bounding its start-up and its stops."""
@@ -189,18 +216,13 @@ class TaskParent:
             if self.start_gate is not None and not self._wait_for_gate():
                 os.close(ready_write)
                 return self.stop_code()  # stopped before its child started: nothing of its work is done
-            self.child = subprocess.Popen(command, stdin=subprocess.PIPE, pass_fds=(ready_write,),
-                                          preexec_fn=die_with_parent, env=env)
-            os.close(ready_write)
-            self._hand_over(spec)
-            if self._needs_startup_watchdog() and not self._wait_ready(ready_read):
-                return RETRYABLE_EXIT_CODE
-            while self.child.poll() is None:
-                self._kill_child_if_overdue()
-                if self.stopped_too_long():
-                    return RETRYABLE_EXIT_CODE
-                time.sleep(0.2)
-            return self.exit_code(self.child.returncode)
+            stderr = FilteredStderr()  # TensorFlow's known start-up lines left out (task_output.py)
+            self._start_child(command, ready_write, env, stderr, spec)
+            try:
+                ended_by_itself = self._wait_child(ready_read)
+            finally:
+                stderr.finish()  # the child's last lines come before the task's own last word
+            return self.exit_code(self.child.returncode) if ended_by_itself else RETRYABLE_EXIT_CODE
         finally:
             os.close(ready_read)
             for sig, handler in previous.items():

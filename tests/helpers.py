@@ -32,6 +32,22 @@ run_dir: {run_dir}
 data_dir: {data_dir}
 """
 
+# TensorFlow's known start-up lines (startup_noise.KNOWN_STARTUP_LINES) as TF 2.15.1 printed them in `estimator-mnist train`
+# by hand (TF_CPP_MIN_LOG_LEVEL=0), 2026-11-25.
+TF_STARTUP_LINES = [
+    "2026-11-25 05:57:20.356412: E external/local_xla/xla/stream_executor/cuda/cuda_dnn.cc:9261] Unable to register "
+    "cuDNN factory: Attempting to register factory for plugin cuDNN when one has already been registered",
+    "2026-11-25 05:57:20.356467: E external/local_xla/xla/stream_executor/cuda/cuda_fft.cc:607] Unable to register "
+    "cuFFT factory: Attempting to register factory for plugin cuFFT when one has already been registered",
+    "2026-11-25 05:57:20.358429: E external/local_xla/xla/stream_executor/cuda/cuda_blas.cc:1515] Unable to register "
+    "cuBLAS factory: Attempting to register factory for plugin cuBLAS when one has already been registered",
+    "2026-11-25 05:57:21.210130: W tensorflow/compiler/tf2tensorrt/utils/py_utils.cc:38] TF-TRT Warning: Could not "
+    "find TensorRT",
+    "2026-11-25 05:57:26.049241: I tensorflow/core/util/port.cc:113] oneDNN custom operations are on. You may see "
+    "slightly different numerical results due to floating-point round-off errors from different computation orders. "
+    "To turn them off, set the environment variable `TF_ENABLE_ONEDNN_OPTS=0`.",
+]
+
 def run_cli(*args, env=None, timeout=120) -> subprocess.CompletedProcess:
     """`python -m estimator_mnist ARGS` in a fresh process, without any TF_CONFIG of ours."""
     full_env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import time
 from pathlib import Path
+from typing import List, Optional
 
 from estimator_mnist import checkpoints, netns
 from estimator_mnist.config import Config
@@ -19,31 +20,41 @@ from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE, U
 from estimator_mnist.plan.hosts import check_local, check_ports_free
 from estimator_mnist.launch.group import TaskGroup
 from estimator_mnist.launch.monitor import Monitor
-from estimator_mnist.launch.report import Console, build_summary, final_line, write_summary
+from estimator_mnist.launch.report import Console, RunRecord, TaskRecord, build_summary, final_line, write_summary
 from estimator_mnist.launch.restarts import Restarts
 from estimator_mnist.launch.supervisor import RunFailed, Supervisor, TaskFailure
 
 
+def log_dir_of(config: Config, launch_time: float) -> Path:
+    """This launch's own log directory: earlier launches keep theirs."""
+    return Path(config.run_dir, "logs", time.strftime("%Y%m%d-%H%M%S", time.localtime(launch_time)))
+
+
 class Launcher:
     def __init__(self, config: Config, cluster_file: str, quiet: bool = False, out=None, command_for=None,
-                 network=None, network_line=None):
+                 network=None, network_line=None, launch_time: Optional[float] = None):
         self.config = config
         self.cluster_file = cluster_file
-        self.launch_time = time.time()
+        self.launch_time = time.time() if launch_time is None else launch_time
         self.console = Console(out, quiet, self.launch_time)
-        log_dir = Path(config.run_dir, "logs", time.strftime("%Y%m%d-%H%M%S"))
-        self.group = TaskGroup(config, log_dir, command_for, network, network_line)
+        self.group = TaskGroup(config, log_dir_of(config, self.launch_time), command_for, network, network_line)
         self.monitor = Monitor(config, self.launch_time)
         self.supervisor = Supervisor(config, self.group, self.monitor, self.console)
-        self.restarts = Restarts(config, self.launch_time)
+        self.restarts = Restarts(config, self.launch_time, self.group, self.monitor, self.console)
+        self.notes: List[str] = []  # the launcher's own, after the supervisor's
 
-    @property
-    def notes(self):
-        return self.supervisor.notes
-
-    @property
-    def training_done_time(self):
-        return self.supervisor.training_done_time
+    def record(self, status: str, error: Optional[str]) -> RunRecord:
+        """The facts of this launch for run_summary.json, as they stand now."""
+        group, monitor = self.group, self.monitor
+        return RunRecord(
+            config=self.config, cluster_file=self.cluster_file, status=status, error=error,
+            launch_time=self.launch_time, ended=time.time(), log_dir=str(group.log_dir),
+            final_evaluation=monitor.final_evaluation(), first_step_time=monitor.first_step_time,
+            last_step_time=monitor.last_step_time, training_done_time=self.supervisor.training_done_time,
+            notes=tuple(self.supervisor.notes + self.notes), restarts=tuple(self.restarts.records),
+            network_line=group.network_line, all_pids=tuple(p.pid for p in group.all_processes),
+            tasks=tuple(TaskRecord(str(t), p.pid, str(p.log_path), p.exit_code, p.stopped_by_launcher, p.started,
+                                   p.ended) for t, p in group.processes.items()))
 
     def _make_private_dirs(self) -> None:
         for path in (Path(self.config.run_dir), self.group.log_dir, Path(self.config.model_dir)):
@@ -57,8 +68,7 @@ class Launcher:
                                  f"checkpoints or logs: chmod go-w {path}", always=True)
 
     def _supervise(self) -> None:
-        for task in self.config.cluster.tasks():
-            self.monitor.track(task, self.group.start(task).pid)
+        self.supervisor.start(self.config.cluster.tasks())
         while True:
             try:
                 return self.supervisor.watch()
@@ -111,9 +121,10 @@ class Launcher:
             self.config.cluster.evaluator is None or self.monitor.final_evaluation() is not None)
 
     def _report(self, status: str, error, code: int) -> int:
-        summary = build_summary(self, status, error)
+        record = self.record(status, error)
+        summary = build_summary(record)
         path = write_summary(self.config.run_dir, summary)
-        for note in self.notes:
+        for note in record.notes:
             self.console.say(f"note: {note}", always=True)
         if code != 0:
             failed = [p for p in self.group.processes.values()
@@ -130,19 +141,30 @@ def launch(config: Config, cluster_file: str, quiet: bool = False, out=None, com
     check_local(config.cluster, cluster_file)
     if not is_prepared(config.data_dir):
         raise UsageError(ERR_NOT_PREPARED.format(data_dir=config.data_dir, reason="no prepared dataset found"))
-    launcher = Launcher(config, cluster_file, quiet=quiet, out=out, command_for=command_for)
+    launch_time = time.time()
     step = checkpoints.latest_step(config.model_dir)
+    final = checkpoints.final_evaluation(config.model_dir, config.training.max_steps)
     if step is not None and step >= config.training.max_steps and (
-            launcher.monitor.final_evaluation() is not None or config.cluster.evaluator is None):
-        launcher.console.say(f"model_dir {config.model_dir} already holds step {step} >= max_steps "
-                             f"{config.training.max_steps}: nothing to do. Raise training.max_steps to train on.",
-                             always=True)
-        summary = build_summary(launcher, "finished", None)
-        write_summary(config.run_dir, summary)
-        launcher.console.say(final_line(summary), always=True)
-        return 0
+            final is not None or config.cluster.evaluator is None):
+        return _nothing_to_do(config, cluster_file, Console(out, quiet, launch_time), step, final)
     network, line = netns.choose_network(config, cluster_file)
-    if network is None:
-        check_ports_free(config.cluster, cluster_file)  # a private namespace has every port free
-    launcher.group.network, launcher.group.network_line = network, line
+    try:
+        if network is None:
+            check_ports_free(config.cluster, cluster_file)  # a private namespace has every port free
+        launcher = Launcher(config, cluster_file, quiet=quiet, out=out, command_for=command_for, network=network,
+                            network_line=line, launch_time=launch_time)
+    except BaseException:
+        if network is not None:
+            network.close()
+        raise
     return launcher.run()
+
+
+def _nothing_to_do(config: Config, cluster_file: str, console: Console, step: int, final) -> int:
+    console.say(f"model_dir {config.model_dir} already holds step {step} >= max_steps "
+                f"{config.training.max_steps}: nothing to do. Raise training.max_steps to train on.", always=True)
+    summary = build_summary(RunRecord(config, cluster_file, "finished", None, console.start, time.time(),
+                                      str(log_dir_of(config, console.start)), final_evaluation=final))
+    write_summary(config.run_dir, summary)
+    console.say(final_line(summary), always=True)
+    return 0

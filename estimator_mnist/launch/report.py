@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 from estimator_mnist import checkpoints
+from estimator_mnist.config import Config
 from estimator_mnist.files import write_json_atomic
 from estimator_mnist.launch.monitor import Monitor
 from estimator_mnist.launch.processes import describe_exit
@@ -105,30 +107,61 @@ def _since(moment: Optional[float], start: float) -> Optional[float]:
     return moment - start if moment else None
 
 
-def build_summary(launcher, status: str, error: Optional[str]) -> dict:
+@dataclass(frozen=True)
+class TaskRecord:
+    """One task's (latest) process, as run_summary.json reports it."""
+
+    name: str
+    pid: int
+    log: str
+    exit_code: Optional[int]
+    stopped_by_launcher: bool
+    started: float
+    ended: Optional[float]
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What run_summary.json says of one launch beyond what model_dir holds, gathered once it ends."""
+
+    config: Config
+    cluster_file: str
+    status: str
+    error: Optional[str]
+    launch_time: float
+    ended: float
+    log_dir: str
+    final_evaluation: Optional[dict] = None  # of a checkpoint at or past max_steps
+    first_step_time: Optional[float] = None
+    last_step_time: Optional[float] = None
+    training_done_time: Optional[float] = None
+    notes: Tuple[str, ...] = ()
+    restarts: Tuple[dict, ...] = ()
+    network_line: Optional[str] = None
+    all_pids: Tuple[int, ...] = ()  # every process started, restarted ones included
+    tasks: Tuple[TaskRecord, ...] = ()
+
+
+def build_summary(run: RunRecord) -> dict:
     """run_summary.json: the outcome, every evaluation, timings from the trainers' own records, each task."""
-    config, monitor, start = launcher.config, launcher.monitor, launcher.launch_time
-    final = monitor.final_evaluation()
-    end = time.time()
-    group = launcher.group
+    config, start, final = run.config, run.launch_time, run.final_evaluation
     return {
-        "status": status, "error": error, "cluster_file": launcher.cluster_file,
+        "status": run.status, "error": run.error, "cluster_file": run.cluster_file,
         "strategy": config.strategy.name, "max_steps": config.training.max_steps,
         "global_step": checkpoints.latest_step(config.model_dir),
         "accuracy": final["accuracy"] if final else None, "export": final["export"] if final else None,
         "validation_accuracy": final.get("validation_accuracy") if final else None,
         "evaluations": checkpoints.read_eval_results(config.model_dir),
-        "run_dir": config.run_dir, "model_dir": config.model_dir, "log_dir": str(group.log_dir), "launch_time": start,
-        "seconds_to_first_step": _since(monitor.first_step_time, start),
-        "seconds_to_last_step": _since(monitor.last_step_time, start),
-        "seconds_to_training_done": _since(launcher.training_done_time, start),
-        "seconds_to_exit": end - start, "notes": launcher.notes,
-        "restart_policy": config.restart.policy, "restarts": launcher.restarts.records,
-        "network": group.network_line, "all_pids": [p.pid for p in group.all_processes],
-        "tasks": {str(t): {"pid": p.pid, "log": str(p.log_path), "exit": p.exit_code,
-                           "exit_reason": describe_exit(p.exit_code), "stopped_by_launcher": p.stopped_by_launcher,
-                           "seconds": (p.ended or end) - p.started}
-                  for t, p in group.processes.items()},
+        "run_dir": config.run_dir, "model_dir": config.model_dir, "log_dir": run.log_dir, "launch_time": start,
+        "seconds_to_first_step": _since(run.first_step_time, start),
+        "seconds_to_last_step": _since(run.last_step_time, start),
+        "seconds_to_training_done": _since(run.training_done_time, start),
+        "seconds_to_exit": run.ended - start, "notes": list(run.notes),
+        "restart_policy": config.restart.policy, "restarts": list(run.restarts),
+        "network": run.network_line, "all_pids": list(run.all_pids),
+        "tasks": {t.name: {"pid": t.pid, "log": t.log, "exit": t.exit_code, "exit_reason": describe_exit(t.exit_code),
+                           "stopped_by_launcher": t.stopped_by_launcher, "seconds": (t.ended or run.ended) - t.started}
+                  for t in run.tasks},
     }
 
 

@@ -14,6 +14,9 @@ from estimator_mnist import checkpoints
 from estimator_mnist.config import Config, TaskId
 from estimator_mnist.plan.hosts import port_in_use
 from estimator_mnist.restart_budget import Job, RestartBudget
+from estimator_mnist.launch.group import TaskGroup
+from estimator_mnist.launch.monitor import Monitor
+from estimator_mnist.launch.report import Console
 from estimator_mnist.launch.supervisor import RunFailed, Supervisor, TaskFailure
 
 PORT_RELEASE_SECS = 60
@@ -21,11 +24,13 @@ PORT_RELEASE_SECS = 60
 
 class Restarts:
     """What the launcher does about a failure; the counting is the restart budget's (restart_budget.py), as for
-    tasks under a cluster manager. Each launch is a job of its own, with a fresh budget."""
+    tasks under a cluster manager. Each launch is a job of its own, with a fresh budget. The supervisor stops
+    and starts the tasks and keeps its own state; this decides which, and when."""
 
-    def __init__(self, config: Config, launch_time: float):
+    def __init__(self, config: Config, launch_time: float, group: TaskGroup, monitor: Monitor, console: Console):
         self.config = config
         self.launch_time = launch_time
+        self.group, self.monitor, self.console = group, monitor, console
         self.budget = RestartBudget(Job(f"launch-{launch_time:.0f}", "launch"), config.restart.max_restarts)
 
     @property
@@ -43,18 +48,17 @@ class Restarts:
     def restart(self, failure: TaskFailure, supervisor: Supervisor) -> None:
         """Stops what failed and starts it again, or re-raises when the policy says no."""
         self._check_allowed(failure)
-        group, monitor = supervisor.group, supervisor.monitor
+        group, monitor = self.group, self.monitor
         evaluator_only = failure.task is not None and failure.task.is_evaluator
         stopping = [group.processes[failure.task]] if evaluator_only else \
             [p for p in group.processes.values() if not p.task.is_evaluator]
         monitor.update(time.time())  # the failed task's last record may have come after the loop last read
         step_at_failure, preempted_at = monitor.step, monitor.preempted_at()
-        supervisor.console.stopped(group.stop(stopping),
-                                   f"restarting after: {failure.task or 'the run'} {failure.reason}")
+        supervisor.stop(stopping, f"restarting after: {failure.task or 'the run'} {failure.reason}")
         restored = checkpoints.latest_step(self.config.model_dir)
         if preempted_at is not None:
-            supervisor.console.timed(f"{failure.task or 'a trainer'} preempted at step {preempted_at}, checkpoint "
-                                     f"{restored} written", always=True)
+            self.console.timed(f"{failure.task or 'a trainer'} preempted at step {preempted_at}, checkpoint "
+                               f"{restored} written", always=True)
         redo = (step_at_failure - (restored or 0)) if step_at_failure is not None and not evaluator_only else 0
         now = time.time()
         record = self.budget.record_incident(
@@ -62,7 +66,7 @@ class Restarts:
             failed_task=str(failure.task) if failure.task else None, reason=failure.reason, error=str(failure),
             step_at_failure=step_at_failure, restored_checkpoint_step=restored, steps_redone=max(0, redo),
             restarted_tasks=[str(p.task) for p in stopping])
-        supervisor.console.timed(
+        self.console.timed(
             f"restart {record['number']}/{self.config.restart.max_restarts}: {record['failed_task'] or 'the run'} "
             f"{failure.reason} at step {step_at_failure}; starting {', '.join(record['restarted_tasks'])} again "
             f"from checkpoint {restored} ({record['steps_redone']} steps to redo)", always=True)
@@ -70,11 +74,8 @@ class Restarts:
             self._wait_for_ports([p.task for p in stopping])
         time.sleep(self.config.restart.backoff_secs)
         if not evaluator_only:
-            supervisor.training_done_time = None
-            supervisor.group_started = time.time()
-            monitor.restart_from(restored, time.time())
-        for p in stopping:
-            monitor.track(p.task, group.start(p.task).pid)
+            supervisor.training_restarts(restored)
+        supervisor.start([p.task for p in stopping])
         monitor.note_change(time.time())
 
     def _wait_for_ports(self, tasks: List[TaskId]) -> None:

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import time
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 from estimator_mnist import checkpoints
 from estimator_mnist.config import Config, TaskId
@@ -43,12 +43,30 @@ class TaskFailure(RunFailed):
 
 
 class Supervisor:
+    """Watches the tasks it starts. It alone keeps the run's phase: when the (re)started group started, when
+    training was done, which tasks are stopped by a signal since when, and the notes for the summary."""
+
     def __init__(self, config: Config, group: TaskGroup, monitor: Monitor, console: Console):
         self.config, self.group, self.monitor, self.console = config, group, monitor, console
         self.training_done_time: Optional[float] = None
         self.group_started = time.time()
         self.notes: List[str] = []
         self.stopped_since: Dict[TaskId, float] = {}
+
+    def start(self, tasks: Iterable[TaskId]) -> None:
+        """Starts these tasks; from now on only their new processes' records count."""
+        for task in tasks:
+            self.monitor.track(task, self.group.start(task).pid)
+
+    def stop(self, processes, reason: str) -> None:
+        self.console.stopped(self.group.stop(processes), reason)
+
+    def training_restarts(self, restored_step: Optional[int]) -> None:
+        """The trainers are about to start again from checkpoint `restored_step`: training is not done, the
+        new group gets its start-up time again, and the figures start afresh."""
+        now = time.time()
+        self.training_done_time, self.group_started = None, now
+        self.monitor.restart_from(restored_step, now)
 
     def watch(self) -> None:
         """Returns when the run succeeded; raises RunFailed (or TaskFailure, which a restart may cure)."""
@@ -94,9 +112,6 @@ class Supervisor:
                             f"below max_steps {max_steps}; its log: {self.group.processes[self.monitor.chief].log_path}")
         self.console.timed(f"training finished at step {step}")
 
-    def _stop(self, processes, reason: str) -> None:
-        self.console.stopped(self.group.stop(processes), reason)
-
     def _after_training(self, now: float) -> bool:
         """True once every task is done and the final evaluation (when there is an evaluator) exists."""
         limits = self.config.launcher
@@ -105,7 +120,7 @@ class Supervisor:
         if others and since > limits.finish_timeout_secs:
             self.notes.append(f"{', '.join(str(p.task) for p in others)} still running "
                               f"{limits.finish_timeout_secs} s after the chief finished; stopped")
-            self._stop(others, "still running after training finished")
+            self.stop(others, "still running after training finished")
         evaluator = self.group.processes.get(TaskId("evaluator", 0))
         if evaluator is not None and evaluator.running:
             final_timeout = self.config.evaluation.final_timeout_secs

@@ -1,5 +1,6 @@
 """Each command once as a real process: its exit code, and one line on stderr for bad input."""
 
+import fcntl
 import json
 import os
 import subprocess
@@ -10,7 +11,7 @@ import pytest
 
 from estimator_mnist import cli, commands
 from estimator_mnist.plan.task_spec import spec_from_json
-from tests.helpers import REPO, run_cli
+from tests.helpers import REPO, TF_STARTUP_LINES, run_cli
 
 
 def one_error_line(result) -> str:
@@ -111,4 +112,52 @@ def test_the_tensorflow_process_runs_from_its_spec_alone(tmp_path):
     logged = spec_from_json(ours[0].split(" spec ", 1)[1], "the log")
     assert logged == replace(spec, plan=spec.plan.with_precision([]))
     assert logged.config.training.batch_size_per_replica == 24 and logged.plan.precision != "auto"
+    assert result.returncode == 2 and "MNIST is not prepared in" in result.stderr.strip().splitlines()[-1]
+
+
+def run_into_pipe(args, read_first: int = 0) -> subprocess.CompletedProcess:
+    """`estimator-mnist ARGS | READER`, where the reader takes `read_first` bytes (none: `| true`) and then closes
+    the pipe. The pipe holds one page, so that a longer output is still being written when the reader leaves."""
+    read, write = os.pipe()
+    fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, 4096)
+    if not read_first:
+        os.close(read)  # gone before the command writes anything
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    proc = subprocess.Popen([sys.executable, "-m", "estimator_mnist", *args], stdout=write, stderr=subprocess.PIPE,
+                            cwd=REPO, env=env)
+    os.close(write)
+    if read_first:
+        assert os.read(read, read_first)
+        os.close(read)
+    _, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(args, proc.returncode, "", err.decode())
+
+
+@pytest.mark.parametrize("args", [["keys"], ["keys", "--markdown"], ["validate", "--cluster", "config/local.yaml"],
+                                  ["tf-config", "--cluster", "config/local.yaml", "--task", "worker:0"]])
+def test_a_reader_that_closed_the_pipe_ends_the_command_quietly(args):
+    result = run_into_pipe(args)
+    assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_a_reader_that_stops_after_the_first_line_ends_the_command_quietly():
+    assert len(run_cli("keys").stdout) > 4096 + 2048  # still writing when `head -1` leaves
+    result = run_into_pipe(["keys"], read_first=100)
+    assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_a_task_started_by_hand_shows_none_of_tensorflow_s_known_start_up_lines(tmp_path):
+    """The real `train` and its TensorFlow process (which fails on the missing data after its start-up), at
+    TF_CPP_MIN_LOG_LEVEL=0 so that the oneDNN notice is printed too; beside it, TensorFlow imported directly."""
+    env = {"TF_CPP_MIN_LOG_LEVEL": "0", "TF_ENABLE_ONEDNN_OPTS": "1"}
+    direct = subprocess.run([sys.executable, "-m", "tests.process.startup_lines_probe", "tensorflow"],
+                            capture_output=True, text=True, cwd=REPO, env={**os.environ, **env}, timeout=300)
+    messages = [line.split("] ", 1)[1] for line in TF_STARTUP_LINES]
+    assert all(message in direct.stderr for message in messages), direct.stderr  # what there is to leave out
+    result = run_cli("train", "--cluster", "config/one_device.yaml", "--task", "chief:0", "--data-dir",
+                     str(tmp_path / "empty"), "--run-dir", str(tmp_path / "run"), env=env, timeout=300)
+    output = result.stdout + result.stderr
+    assert [m for m in messages if m in output] == []
+    assert "Could not find cuda drivers on your machine" in output  # not on the list: still shown
+    assert "[estimator-mnist] task chief:0 role=chief" in result.stderr
     assert result.returncode == 2 and "MNIST is not prepared in" in result.stderr.strip().splitlines()[-1]
