@@ -30,6 +30,11 @@ ERR_NO_TASK = ("{file}: the cluster has {count} tasks ({tasks}), so train needs 
                "replica)")
 SINGLE_STRATEGY = "one_device"
 OPERATOR_ENVIRONMENT = "cloud"  # the "environment" the operator writes
+# An evaluator whose TF_CONFIG lists no evaluator host (only its own task): it runs no server, and no trainer
+# can be beside it on a host of that name, so it never waits for trainers on its machine.
+UNLISTED_EVALUATOR_HOST = "localhost"
+# The one process of a single-process job starts no TensorFlow server: its chief's address is never dialled.
+NO_SERVER_ADDRESS = "localhost:2222"
 
 
 def read_tf_config(text: str) -> dict:
@@ -76,7 +81,7 @@ def yaml_cluster(tf_config: dict) -> dict:
     clusters = tf_config["cluster"]
     cluster = {role: list(clusters[role]) for role in ("chief", "worker", "ps") if clusters.get(role)}
     if clusters.get("evaluator") or tf_config["task"]["type"] == "evaluator":
-        evaluator = (clusters.get("evaluator") or ["localhost"])[0]
+        evaluator = (clusters.get("evaluator") or [UNLISTED_EVALUATOR_HOST])[0]
         cluster["evaluator"] = evaluator.rsplit(":", 1)[0] if ":" in evaluator else evaluator
     return cluster
 
@@ -107,7 +112,7 @@ def single_process(data: dict, file: str) -> TaskSource:
     trainers = [t for t in tasks if t.is_trainer]
     if len(tasks) > 1 and not (len(trainers) == 1 and all(t.is_trainer or t.is_evaluator for t in tasks)):
         raise UsageError(ERR_NO_TASK.format(file=file, count=len(tasks), tasks=", ".join(str(t) for t in tasks)))
-    address = str(cluster.address(trainers[0])) if trainers else "localhost:2222"  # unused: no server in one process
+    address = str(cluster.address(trainers[0])) if trainers else NO_SERVER_ADDRESS
     strategy = data.get("strategy")
     name = strategy.get("name") if isinstance(strategy, dict) else strategy
     note = None
