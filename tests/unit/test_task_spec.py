@@ -99,3 +99,15 @@ def test_the_process_table_names_each_task():
         == "worker:1"
     assert task_of_command(["estimator-mnist", "train", "--cluster", "c.yaml", "--task", "ps:0"]) == "ps:0"
     assert task_of_command(["python", "-m", "estimator_mnist.tf_task", "--ready-fd", "5"]) is None
+
+
+def test_launch_and_train_by_hand_make_the_same_spec(tmp_path):
+    """The spec `launch` writes for each task is the one `train --cluster --task` resolves on the same machine."""
+    from estimator_mnist.launch.group import TaskGroup  # pylint: disable=import-outside-toplevel
+
+    config = load_config("config/local.yaml", ("training.max_steps=250",))
+    group = TaskGroup(config, tmp_path)
+    for task in config.cluster.tasks():
+        args = cli.build_parser().parse_args(["train", "--cluster", "config/local.yaml", "--task", str(task),
+                                              "--set", "training.max_steps=250"])
+        assert commands.resolve(args).spec() == group.specs[task]
