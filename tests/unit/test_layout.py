@@ -24,6 +24,7 @@ TF_FREE = ["estimator_mnist.errors", "estimator_mnist.config", "estimator_mnist.
            "estimator_mnist.tf_config_env", "estimator_mnist.tfjob", "estimator_mnist.ensemble_plan",
            "estimator_mnist.slurm", "estimator_mnist.slurm.environment", "estimator_mnist.slurm.hostlist",
            "estimator_mnist.slurm.batch_script", "estimator_mnist.slurm.script_body", "estimator_mnist.slurm.progress",
+           "estimator_mnist.slurm.reruns",
            "estimator_mnist.sweep", "estimator_mnist.sweep.run", "estimator_mnist.sweep.space", "estimator_mnist.sweep.devices",
            "estimator_mnist.sweep.stopping", "estimator_mnist.sweep.records", "estimator_mnist.sweep.trials",
            "estimator_mnist.sweep.scheduler", "estimator_mnist.sweep.table",
