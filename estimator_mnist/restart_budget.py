@@ -16,8 +16,9 @@ pod itself `restartPolicy: Never`, deletes a failed pod and creates a new one
 (pkg/controller.v1/common/pod.go), while `backoffLimit` (PastBackoffLimit, pkg/core/job.go) sums the
 container restart counts of the job's running pods: every new pod starts at 0, so it never bounds these.
 
-One incident counts once, however many tasks exit 200 for it: it is counted by the writer's start alone.
-Every failure that stops training restarts the writer (a MultiWorkerMirrored peer lost, a ps lost, the
+One incident counts once, however many tasks exit 200 for it: it is counted by the writer's start alone
+(under Slurm, by the batch script's one look at the step's outcome). Every failure that stops training
+restarts the writer (a MultiWorkerMirrored peer lost, a ps lost, the
 chief itself); the evaluator, or one asynchronous worker, restarted alone while training goes on, is not an
 incident. The record is keyed by the job's identity, so a resubmitted job starts with a fresh budget.
 """

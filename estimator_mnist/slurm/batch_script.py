@@ -105,4 +105,5 @@ def render(config: Config, file: str, overrides: Sequence[str], options: SbatchO
         python=shlex.quote(python),
         args=" ".join(shlex.quote(a) for a in args), run_dir=shlex.quote(paths["run_dir"]),
         data_dir=shlex.quote(paths["data_dir"]), ntasks=len(tasks),
-        ranks=", ".join(f"rank {r} {t}" for r, t in enumerate(tasks)), prepare=PREPARE_SHARED if options.data_shared else PREPARE_EACH)
+        ranks=", ".join(f"rank {r} {t}" for r, t in enumerate(tasks)),
+        prepare=PREPARE_SHARED if options.data_shared else PREPARE_EACH)

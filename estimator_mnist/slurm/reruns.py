@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..errors import USAGE_EXIT_CODE
+from ..errors import USAGE_EXIT_CODE, UsageError
 from ..restart_budget import RECORD_FILE, RestartBudget, describe, job_of
 from .progress import config_of, train_args_parser
 
@@ -47,7 +47,10 @@ def rerun(config, environ) -> tuple:
 
 def main(argv=None) -> int:
     args = train_args_parser("python -m estimator_mnist.slurm.reruns").parse_args(argv)
-    code, line = rerun(config_of(args), os.environ)
+    try:  # the YAML, edited since the step started: its one line, and the job ends with 2
+        code, line = rerun(config_of(args), os.environ)
+    except UsageError as exc:
+        code, line = USAGE_EXIT_CODE, f"error: {exc}"
     print(f"estimator-mnist: {line}", flush=True)
     return code
 

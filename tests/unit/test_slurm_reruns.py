@@ -43,3 +43,12 @@ def test_without_slurm_s_job_id_one_line_and_exit_2(tmp_path, monkeypatch, capsy
     code = main(["--cluster", str(tmp_path / "job.yaml"), "--model-dir", str(tmp_path / "model")])
     assert code == 2 and capsys.readouterr().out == f"estimator-mnist: error: {ERR_NO_JOB}\n"
     assert not (tmp_path / "model" / RECORD_FILE).exists()
+
+
+def test_a_yaml_broken_since_the_step_started_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    (tmp_path / "job.yaml").write_text("cluster: {chief: ['a:1'], worker: ['b:1']}\ntraining: {max_step: 5}\n")
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    code = main(["--cluster", str(tmp_path / "job.yaml"), "--model-dir", str(tmp_path / "model")])
+    out = capsys.readouterr().out
+    assert code == 2 and out.startswith("estimator-mnist: error: ") and "unknown key 'max_step'" in out, out
+    assert out.count("\n") == 1 and not (tmp_path / "model" / RECORD_FILE).exists()
