@@ -32,8 +32,7 @@ from typing import Dict, List
 
 import psutil
 
-from estimator_mnist.launch.group import task_of_command
-from estimator_mnist.launch.processes import descendants
+from estimator_mnist.launch.processes import tensorflow_processes
 from estimator_mnist.progress import read_progress
 
 from common import DEFAULT_CONFIG, Launch, benchmark_parser, launch_command, run_launch, start, write_json
@@ -43,21 +42,6 @@ SAMPLE_SECS = 10.0
 FIELDS = ("seconds", "task", "pid", "global_step", "threads", "rss_mb", "fds")
 DISK_KINDS = ("logs", "events", "checkpoints", "exports", "other")
 THREAD_GROWTH_LIMIT, RSS_GROWTH_LIMIT, FD_GROWTH_LIMIT, ACCURACY_GOAL = 50, 0.10, 0.10, 0.992
-
-
-def tensorflow_processes(launcher_pid: int) -> Dict[str, psutil.Process]:
-    """{task: process} of the launcher's TensorFlow processes (`python -m estimator_mnist.tf_task`, each the child
-    of its task's `train --spec FILE`)."""
-    found = {}
-    for pid in descendants(launcher_pid):
-        try:
-            process = psutil.Process(pid)
-            task = task_of_command(process.cmdline())
-            if task is not None:
-                found.update({task: c for c in process.children() if "estimator_mnist.tf_task" in c.cmdline()})
-        except psutil.Error:
-            continue
-    return found
 
 
 def disk_kind(relative: Path) -> str:

@@ -2,18 +2,23 @@
 
 Three kinds of manager restart a job's tasks, and all count here:
 - `launch` restarts the group itself and records each incident it restarts for (launch/restarts.py);
-- under a cluster manager, Kubeflow's training-operator re-creates a failed pod and Slurm's batch script
-  runs its step again: a fresh process each time, with only model_dir kept. There, the writer task (the
-  chief, or worker 0 without one) records each of its own starts of the job in model_dir, and every task
-  started past the budget exits 1 (permanent) with one line naming the budget and the incidents counted.
+- under Kubernetes, Kubeflow's training-operator re-creates a failed pod: a fresh process each time, with
+  only model_dir kept. There, the writer task (the chief, or worker 0 without one) records each of its own
+  starts of the job in model_dir;
+- under Slurm, the batch script runs its step again after a 200, and records each rerun itself in
+  model_dir (slurm/reruns.py): it sees each step's outcome once, also that of a step whose writer never
+  started, so the tasks of a Slurm job record no starts (Job.starts_count).
+Under either cluster manager, every task started past the budget exits 1 (permanent) with one line naming
+the budget and the incidents counted.
 
 Why the product counts under Kubernetes: with `restartPolicy: ExitCode`, training-operator v1.9 gives the
 pod itself `restartPolicy: Never`, deletes a failed pod and creates a new one
 (pkg/controller.v1/common/pod.go), while `backoffLimit` (PastBackoffLimit, pkg/core/job.go) sums the
 container restart counts of the job's running pods: every new pod starts at 0, so it never bounds these.
 
-One incident counts once, however many tasks exit 200 for it: it is counted by the writer's start alone.
-Every failure that stops training restarts the writer (a MultiWorkerMirrored peer lost, a ps lost, the
+One incident counts once, however many tasks exit 200 for it: it is counted by the writer's start alone
+(under Slurm, by the batch script's one look at the step's outcome). Every failure that stops training
+restarts the writer (a MultiWorkerMirrored peer lost, a ps lost, the
 chief itself); the evaluator, or one asynchronous worker, restarted alone while training goes on, is not an
 incident. The record is keyed by the job's identity, so a resubmitted job starts with a fresh budget.
 """
@@ -47,6 +52,7 @@ class Job:
 
     key: str
     source: str
+    starts_count: bool = True  # the writer's starts are the incidents; False where the manager records them
 
 
 def job_of(environ: Mapping[str, str], tf_config: Optional[dict]) -> Optional[Job]:
@@ -54,7 +60,7 @@ def job_of(environ: Mapping[str, str], tf_config: Optional[dict]) -> Optional[Jo
     if environ.get(JOB_ID_ENV):
         return Job(environ[JOB_ID_ENV], JOB_ID_ENV)
     if environ.get("SLURM_JOB_ID"):
-        return Job(f"slurm-{environ['SLURM_JOB_ID']}", "SLURM_JOB_ID")
+        return Job(f"slurm-{environ['SLURM_JOB_ID']}", "SLURM_JOB_ID", starts_count=False)  # slurm/reruns.py
     if tf_config and tf_config.get("environment") == "cloud":
         for hosts in (tf_config.get("cluster") or {}).values():
             match = _OPERATOR_HOST.match(str(hosts[0])) if hosts else None
@@ -133,13 +139,13 @@ class RestartBudget:
 
 def check_start(task: TaskId, cluster: ClusterConfig, job: Optional[Job], max_restarts: int, model_dir: str,
                 resumes_from: Optional[int] = None) -> Optional[dict]:
-    """At a task's start under a cluster manager: the writer records its start; past the budget every task
-    is refused with PermanentFailure. Returns the incident this start is, if any."""
+    """At a task's start under a cluster manager: the writer records its start (where starts count); past the
+    budget every task is refused with PermanentFailure. Returns the incident this start is, if any."""
     if job is None:
         return None
     budget = RestartBudget(job, max_restarts, model_dir)
     incident = None
-    if task == writer_of(cluster):
+    if task == writer_of(cluster) and job.starts_count:
         incident = budget.record_start(f"resumes from step {resumes_from}" if resumes_from is not None
                                        else "no checkpoint yet")
     if budget.exhausted:

@@ -43,7 +43,7 @@ from typing import Callable, List, Optional
 
 from estimator_mnist import checkpoints
 from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE
-from estimator_mnist.launch.processes import describe_exit, die_with_parent, stopped_by_signal
+from estimator_mnist.launch.processes import TF_PROCESS_MODULE, describe_exit, die_with_parent, stopped_by_signal
 from estimator_mnist.plan.peers import describe_missing, missing_peers, peers_of
 from estimator_mnist.progress import FRESH_SECS, read_progress
 from estimator_mnist.task_output import FilteredStderr
@@ -76,7 +76,7 @@ def trainers_under_way(run_dir: str, model_dir: str, since: float, now: Optional
 
 def child_command(ready_fd: int) -> List[str]:
     """The task's TensorFlow process: it takes its TaskSpec on stdin and nothing else (tf_task/__main__.py)."""
-    return [sys.executable, "-m", "estimator_mnist.tf_task", "--ready-fd", str(ready_fd)]
+    return [sys.executable, "-m", TF_PROCESS_MODULE, "--ready-fd", str(ready_fd)]
 
 
 def evaluator_gate(run_dir: str, model_dir: str, started: float, clock=time.time) -> Callable[[], bool]:

@@ -11,16 +11,13 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from estimator_mnist.config import Config, TaskId
 from estimator_mnist.files import write_text_atomic
 from estimator_mnist.plan.task_plan import apply_in_child, plan_task
 from estimator_mnist.plan.task_spec import TaskSpec, spec_environment
-from estimator_mnist.launch.processes import TaskProcess, die_with_parent, signal_group, start_task, stop_processes, wait_for_groups
-
-SPEC_SUFFIX = ".spec.json"  # beside the task's log: <type>-<index>.spec.json
-
+from estimator_mnist.launch.processes import SPEC_SUFFIX, TaskProcess, die_with_parent, signal_group, start_task, stop_processes, wait_for_groups
 
 class TaskGroup:
     def __init__(self, config: Config, log_dir: Path, command_for=None, network=None, network_line=None):
@@ -71,21 +68,3 @@ class TaskGroup:
         if self.network is not None:
             self.network.close()
         return stopped
-
-
-def task_of_command(cmdline: List[str]) -> Optional[str]:
-    """The task ("chief:0") of a `train` process as `launch` starts it (`train --spec .../chief-0.spec.json`) or as
-    started by hand (`train ... --task chief:0`); None for any other command line. For people and tools that
-    look at the process table (benchmarks/soak.py, the fault-injection benchmark, the e2e tests)."""
-    if "train" not in cmdline:
-        return None
-    for flag in ("--spec", "--task"):
-        if flag in cmdline[:-1]:
-            value = cmdline[cmdline.index(flag) + 1]
-            if flag == "--task":
-                return value
-            name = Path(value).name
-            if name.endswith(SPEC_SUFFIX) and "-" in name:
-                role, index = name[:-len(SPEC_SUFFIX)].rsplit("-", 1)
-                return f"{role}:{index}"
-    return None

@@ -6,8 +6,8 @@ each task finds its role from Slurm's environment (environment.py). Around the
 step it keeps the exit contract (errors.py):
 - 0 ends the job; 1 and 2 end it with that code and one line saying so;
 - 200 (retryable) runs the step again, which resumes from the last checkpoint,
-  at most restart.max_restarts times in one job (MAX_RESTARTS below, the one
-  place a later shared restart budget would replace);
+  at most restart.max_restarts times in one job, as the job's restart budget
+  counts them (reruns.py; the one record of restarts, restart_budget.py);
 - a SIGTERM to the batch shell (`--signal=B:TERM@N` before a time limit,
   preemption, `scancel --batch --signal=TERM`) stops the step at one saved
   step (the tasks' SIGTERM path), then requeues the job, which resumes.
@@ -106,4 +106,4 @@ def render(config: Config, file: str, overrides: Sequence[str], options: SbatchO
         args=" ".join(shlex.quote(a) for a in args), run_dir=shlex.quote(paths["run_dir"]),
         data_dir=shlex.quote(paths["data_dir"]), ntasks=len(tasks),
         ranks=", ".join(f"rank {r} {t}" for r, t in enumerate(tasks)),
-        max_restarts=config.restart.max_restarts, prepare=PREPARE_SHARED if options.data_shared else PREPARE_EACH)
+        prepare=PREPARE_SHARED if options.data_shared else PREPARE_EACH)

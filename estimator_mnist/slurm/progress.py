@@ -24,6 +24,7 @@ from estimator_mnist.files import write_json_atomic
 from estimator_mnist.launch.monitor import Monitor
 from estimator_mnist.launch.report import SUMMARY_FILE, Console
 from estimator_mnist.progress import read_progress
+from estimator_mnist.restart_budget import RestartBudget, job_of
 
 POLL_SECS = 1.0
 
@@ -50,9 +51,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def write_summary(config, cluster_file: str, restarts: int, environ=None) -> None:
-    """run_summary.json in the shared run_dir, so that `estimator-mnist summary RUN_DIR` finds the run."""
+def write_summary(config, cluster_file: str, environ=None) -> None:
+    """run_summary.json in the shared run_dir, so that `estimator-mnist summary RUN_DIR` finds the run; its
+    restarts are the job's reruns so far, from the restart budget's record (reruns.py)."""
     environ = os.environ if environ is None else environ
+    job = job_of(environ, None)
+    reruns = RestartBudget(job, config.restart.max_restarts, config.model_dir).incidents if job else []
     final = checkpoints.final_of(checkpoints.read_eval_results(config.model_dir), config.training.max_steps)
     step = checkpoints.latest_step(config.model_dir)
     write_json_atomic(Path(config.run_dir, SUMMARY_FILE), {
@@ -60,7 +64,8 @@ def write_summary(config, cluster_file: str, restarts: int, environ=None) -> Non
         "strategy": config.strategy.name, "max_steps": config.training.max_steps, "global_step": step,
         "accuracy": final["accuracy"] if final else None, "export": final["export"] if final else None,
         "run_dir": config.run_dir, "model_dir": config.model_dir, "restart_policy": "slurm batch script",
-        "restarts": [{"number": n + 1, "reason": "the step exited 200 (retryable)"} for n in range(restarts)],
+        "restarts": [{"number": i["number"], "time": i["time"], "reason": "the step exited 200 (retryable)"}
+                     for i in reruns],
         "slurm": {"job_id": environ.get("SLURM_JOB_ID"), "requeues": int(environ.get("SLURM_RESTART_COUNT", 0))},
     }, indent=2)
 
@@ -86,19 +91,28 @@ def watch(config, pid: int, out=None, poll: float = POLL_SECS) -> None:
         console.timed(f"the step ended at training step {monitor.step}")
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m estimator_mnist.slurm.progress")
+def train_args_parser(prog: str) -> argparse.ArgumentParser:
+    """A parser of the script's TRAIN_ARGS: the YAML, its --set overrides and the paths, as `train` gets them."""
+    parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--cluster", required=True)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     for flag in ("--model-dir", "--run-dir", "--data-dir"):
         parser.add_argument(flag)
+    return parser
+
+
+def config_of(args):
+    return load_config(args.cluster, args.overrides, model_dir=args.model_dir, run_dir=args.run_dir,
+                       data_dir=args.data_dir)
+
+
+def main(argv=None) -> int:
+    parser = train_args_parser("python -m estimator_mnist.slurm.progress")
     parser.add_argument("--pid", type=int, required=True)
-    parser.add_argument("--restarts", type=int, default=0, help="the step's reruns in this job so far")
     args = parser.parse_args(argv)
-    config = load_config(args.cluster, args.overrides, model_dir=args.model_dir, run_dir=args.run_dir,
-                         data_dir=args.data_dir)
+    config = config_of(args)
     watch(config, args.pid)
-    write_summary(config, args.cluster, args.restarts)
+    write_summary(config, args.cluster)
     return 0
 
 

@@ -15,7 +15,6 @@ EM=("${{PY[@]}}" -m estimator_mnist)
 TRAIN_ARGS=({args})
 RUN_DIR={run_dir}
 DATA_DIR={data_dir}
-MAX_RESTARTS={max_restarts}  # restart.max_restarts: reruns of the step in this job after a retryable exit (200)
 LOGS="$RUN_DIR/logs/slurm-$SLURM_JOB_ID"
 mkdir -p "$LOGS" || exit 1
 say() {{ echo "estimator-mnist: $*"; }}
@@ -49,14 +48,14 @@ requeue() {{
   exit 200
 }}
 
-restarts=0
+reruns=0  # this run of the job's, for the log names; the restart budget counts them (model_dir/restart_budget.json)
 while :; do
   [ "$stop" -eq 1 ] && requeue "before the step started"
-  attempt="${{SLURM_RESTART_COUNT:-0}}.$restarts"
+  attempt="${{SLURM_RESTART_COUNT:-0}}.$reruns"
   srun --kill-on-bad-exit=1 --ntasks={ntasks} --distribution=block --output="$LOGS/rank-%t.log" \\
     "${{EM[@]}}" train "${{TRAIN_ARGS[@]}}" 2>"$LOGS/srun-$attempt.err" &
   step=$!
-  "${{PY[@]}}" -m estimator_mnist.slurm.progress "${{TRAIN_ARGS[@]}}" --pid "$step" --restarts "$restarts" &  # launch's lines
+  "${{PY[@]}}" -m estimator_mnist.slurm.progress "${{TRAIN_ARGS[@]}}" --pid "$step" &  # launch's lines
   progress=$!
   status=0
   wait "$step" || status=$?
@@ -71,13 +70,9 @@ while :; do
   [ "$stop" -eq 1 ] && requeue "the step's tasks stopped with $code"
   case "$code" in
     0) say "done: the step's tasks all exited 0"; exit 0 ;;
-    200)
-      if [ "$restarts" -ge "$MAX_RESTARTS" ]; then
-        say "error: the step exited 200 (retryable) after $restarts restarts (restart.max_restarts=$MAX_RESTARTS); giving up; see $LOGS"
-        exit 1
-      fi
-      restarts=$((restarts + 1))
-      say "the step exited 200 (retryable): restart $restarts/$MAX_RESTARTS from the last checkpoint" ;;
+    200)  # counted against restart.max_restarts by the job's restart budget: past it, one line and exit 1
+      "${{PY[@]}}" -m estimator_mnist.slurm.reruns "${{TRAIN_ARGS[@]}}" || exit $?
+      reruns=$((reruns + 1)) ;;
     *) say "error: a task exited $code; the job ends with it; see $LOGS"; exit "$code" ;;
   esac
 done

@@ -11,7 +11,7 @@ import pytest
 
 import psutil
 
-from estimator_mnist.launch.group import task_of_command
+from estimator_mnist.launch.processes import TF_PROCESS_MODULE, task_of_command
 from tests.helpers import CLUSTER_YAML, REPO, descendants, pids_alive, start_launch, write_cluster
 
 
@@ -25,7 +25,7 @@ def task_pid(launcher_pid: int, task: str, tensorflow: bool = False):
                 continue
             if not tensorflow:
                 return pid
-            children = [c.pid for c in process.children() if "estimator_mnist.tf_task" in c.cmdline()]
+            children = [c.pid for c in process.children() if TF_PROCESS_MODULE in c.cmdline()]
             return children[0] if children else None
         except psutil.Error:
             continue

@@ -1,7 +1,9 @@
 """The batch script's exit contract, run by bash with stand-ins for srun, scancel and scontrol on PATH: 0 ends
-the job, 200 reruns the step within restart.max_restarts, 1 and 2 end the job with that code and one line, and a
-SIGTERM to the batch shell stops the step and requeues the job. The real Slurm runs are in tests/e2e/test_slurm.py."""
+the job, 200 reruns the step within restart.max_restarts as the job's restart budget counts them, 1 and 2 end
+the job with that code and one line, and a SIGTERM to the batch shell stops the step and requeues the job. The
+real Slurm runs are in tests/e2e/test_slurm.py."""
 
+import json
 import os
 import signal
 import subprocess
@@ -10,6 +12,7 @@ import time
 
 import pytest
 
+from estimator_mnist.restart_budget import RECORD_FILE
 from tests.helpers import REPO
 
 # srun: prepare-data succeeds; each train step exits with the next code of $FAKE/codes. srun's own status is
@@ -65,16 +68,37 @@ def test_success_ends_the_job_with_0(fake):
     assert steps_run(fake) == 1
 
 
+def incidents(fake):
+    record = json.loads((fake[0] / "model" / RECORD_FILE).read_text())
+    assert record["job"] == "slurm-77", record
+    return record["incidents"]
+
+
 def test_a_retryable_exit_reruns_the_step(fake):
     result = run_script(fake, ["200", "0"])
-    assert result.returncode == 0 and "the step exited 200 (retryable): restart 1/2" in result.stdout
-    assert steps_run(fake) == 2
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "estimator-mnist: the step exited 200 (retryable): restart 1/2 of job slurm-77" in result.stdout
+    assert steps_run(fake) == 2 and len(incidents(fake)) == 1  # the step's several failed tasks: one incident
 
 
-def test_the_restart_budget_runs_out_with_exit_1(fake):
+def test_the_restart_budget_runs_out_with_exit_1_and_one_line(fake):
     result = run_script(fake, ["200", "200", "200", "0"])
     assert result.returncode == 1 and steps_run(fake) == 3
-    assert "after 2 restarts (restart.max_restarts=2); giving up" in result.stdout
+    errors = [line for line in result.stdout.splitlines() if "error" in line]
+    assert len(errors) == 1 and "restart budget is used up: job slurm-77 has been restarted 3 times " \
+        "(restart.max_restarts=2)" in errors[0], result.stdout
+    assert len(incidents(fake)) == 3
+
+
+def test_a_requeued_job_keeps_its_count_and_a_new_job_starts_afresh(fake):
+    tmp_path, env = fake
+    run_script(fake, ["200", "200", "0"])  # two reruns, then (say) preempted and requeued
+    (tmp_path / "steps").write_text("")
+    result = run_script((tmp_path, {**env, "SLURM_RESTART_COUNT": "1"}), ["200", "0"])
+    assert result.returncode == 1 and "has been restarted 3 times" in result.stdout, result.stdout
+    (tmp_path / "steps").write_text("")
+    result = run_script((tmp_path, {**env, "SLURM_JOB_ID": "78"}), ["200", "0"])  # the script submitted again
+    assert result.returncode == 0 and "restart 1/2 of job slurm-78" in result.stdout, result.stdout
 
 
 @pytest.mark.parametrize("code", ["1", "2"])

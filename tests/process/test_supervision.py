@@ -9,13 +9,14 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from estimator_mnist.plan.task_spec import read_spec
 from estimator_mnist.errors import UsageError
 from estimator_mnist.launch import launch
 from estimator_mnist.launch.processes import describe_exit
-from tests.helpers import pids_alive
+from tests.helpers import descendants, pids_alive
 from tests.process.launching import HEALTHY, make_config, mark_data_prepared, run
 
 
@@ -101,6 +102,30 @@ def test_ctrl_c_stops_every_task(tmp_path):
     assert "failed: interrupted by SIGINT" in out
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
     assert not pids_alive([t["pid"] for t in summary["tasks"].values()])
+
+
+def cmdline(pid):
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return []
+
+
+def test_a_sigkilled_launcher_leaves_no_task_running(tmp_path):
+    """SIGKILL cannot be caught: its tasks (which here ignore SIGTERM) die with it, through PR_SET_PDEATHSIG."""
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "launch_driver.py"), str(tmp_path / "run")],
+                            stdout=subprocess.DEVNULL)
+    deadline, tasks = time.time() + 30, []
+    while time.time() < deadline and len(tasks) < 2:
+        tasks = [pid for pid in descendants(proc.pid) if "fake_task.py" in " ".join(cmdline(pid))]
+        time.sleep(0.2)
+    assert len(tasks) == 2
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.time() + 10
+    while time.time() < deadline and pids_alive(tasks):
+        time.sleep(0.1)
+    assert not pids_alive(tasks)
 
 
 def test_a_sigterm_after_the_run_s_work_is_saved_exits_0(tmp_path):

@@ -19,7 +19,7 @@ JOB = Job("tfjob-team-a-mnist", "the operator's TF_CONFIG")
 
 @pytest.mark.parametrize("environ, tf_config, expected", [
     ({JOB_ID_ENV: "team-a/mnist/3f2a"}, OPERATOR, Job("team-a/mnist/3f2a", JOB_ID_ENV)),
-    ({"SLURM_JOB_ID": "4711"}, None, Job("slurm-4711", "SLURM_JOB_ID")),
+    ({"SLURM_JOB_ID": "4711"}, None, Job("slurm-4711", "SLURM_JOB_ID", starts_count=False)),
     ({}, OPERATOR, JOB),
     ({}, {"cluster": {"chief": ["host-a:2222"]}}, None),  # TF_CONFIG by hand: nobody restarts these tasks
     ({}, None, None),                                       # launch (--task) or a single process
@@ -85,3 +85,13 @@ def test_launch_counts_with_the_same_budget_in_memory():
     budget.record_incident("worker:0 exited 200")
     budget.record_incident("a stall")
     assert not budget.allows_another() and not budget.exhausted
+
+
+def test_under_slurm_the_batch_script_counts_the_reruns_and_the_tasks_only_obey_the_budget(tmp_path):
+    slurm = job_of({"SLURM_JOB_ID": "4711"}, None)
+    assert starts(tmp_path, TaskId("chief", 0), 3, job=slurm) == [None] * 3  # the chief's starts are no incidents
+    budget = RestartBudget(slurm, 1, str(tmp_path))
+    for _ in range(2):  # what slurm/reruns.py records for two steps that exited 200
+        budget.record_incident("step exited 200")
+    with pytest.raises(PermanentFailure, match="job slurm-4711 has been restarted 2 times"):
+        check_start(TaskId("worker", 0), CLUSTER, slurm, 1, str(tmp_path))

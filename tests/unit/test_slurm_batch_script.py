@@ -34,7 +34,8 @@ def test_one_slurm_task_per_cluster_task_in_one_killing_step(capsys):
 def test_the_signal_lead_and_the_restart_budget_follow_the_yaml(capsys):
     text = script("--set", "training.preemption_grace_secs=40", "--set", "restart.max_restarts=5", capsys=capsys)
     assert f"#SBATCH --signal=B:TERM@{40 + SIGNAL_MARGIN_SECS}" in text
-    assert "MAX_RESTARTS=5  # restart.max_restarts" in text
+    # No count of its own: the reruns are counted by the restart budget, which reads the same YAML and --sets.
+    assert '-m estimator_mnist.slurm.reruns "${TRAIN_ARGS[@]}" || exit $?' in text
     assert "--set training.preemption_grace_secs=40 --set restart.max_restarts=5" in text  # the tasks see them too
 
 

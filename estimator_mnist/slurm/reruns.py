@@ -1,0 +1,59 @@
+"""The batch script's reruns, counted by the job's restart budget (restart_budget.py). No TensorFlow.
+
+`python -m estimator_mnist.slurm.reruns TRAIN_ARGS` runs in the batch shell each time the step exited 200
+(retryable). The script keeps no count of its own: this records the incident in model_dir/restart_budget.json,
+keyed by SLURM_JOB_ID, the one record of restarts that launch and the cluster managers' tasks use too. The
+batch shell sees each step's outcome once, however many of its tasks exited 200, so one incident counts
+once; and it counts also a step whose writer task never started (srun failed to start it), which a count
+kept by the tasks would miss. A requeue keeps SLURM_JOB_ID and model_dir, so the count carries across it;
+a job submitted again starts with a fresh budget.
+
+Within the budget it prints the rerun's line and exits 0, and the script runs the step again; past it, one
+line naming the budget and the incidents counted, and exit 1, which ends the job with 1.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from estimator_mnist.errors import USAGE_EXIT_CODE, UsageError
+from estimator_mnist.restart_budget import RECORD_FILE, RestartBudget, describe, job_of
+from estimator_mnist.slurm.progress import config_of, train_args_parser
+
+INCIDENT = "step exited 200"
+ERR_NO_JOB = "SLURM_JOB_ID is not set: the batch script runs under sbatch, which sets it; submit the script with sbatch"
+ERR_SPENT = ("the step exited 200 (retryable) again, and the restart budget is used up: job {job} has been restarted "
+             "{count} times (restart.max_restarts={limit}): {incidents}; a fault keeps coming back, so the job ends "
+             "with 1: read the task logs in {logs}, fix the cause, then submit the job again (a new job starts with "
+             "a fresh budget)")
+
+
+def rerun(config, environ) -> tuple:
+    """(exit code, line) for a step that exited 200: 0 to run it again, 1 past the budget."""
+    job = job_of(environ, None)
+    if job is None:
+        return USAGE_EXIT_CODE, f"error: {ERR_NO_JOB}"
+    budget = RestartBudget(job, config.restart.max_restarts, config.model_dir)
+    incident = budget.record_incident(INCIDENT, requeues=int(environ.get("SLURM_RESTART_COUNT") or 0))
+    if budget.exhausted:
+        logs = os.path.join(config.run_dir, "logs", f"slurm-{environ['SLURM_JOB_ID']}")
+        return 1, "error: " + ERR_SPENT.format(job=job.key, count=len(budget.incidents),
+                                                limit=budget.max_restarts, incidents=describe(budget.incidents),
+                                                logs=logs)
+    return 0, (f"the step exited 200 (retryable): restart {incident['number']}/{budget.max_restarts} of job "
+               f"{job.key} from the last checkpoint; the record: {os.path.join(config.model_dir, RECORD_FILE)}")
+
+
+def main(argv=None) -> int:
+    args = train_args_parser("python -m estimator_mnist.slurm.reruns").parse_args(argv)
+    try:  # the YAML, edited since the step started: its one line, and the job ends with 2
+        code, line = rerun(config_of(args), os.environ)
+    except UsageError as exc:
+        code, line = USAGE_EXIT_CODE, f"error: {exc}"
+    print(f"estimator-mnist: {line}", flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
