@@ -78,7 +78,7 @@ def cmd_train(args) -> int:
     for note in spec.notes:
         print(f"estimator-mnist: {note}", file=sys.stderr, flush=True)
     apply_to_this_process(spec.plan)  # before anything else: env, cores, umask, CPU priority
-    if resolved is not None and not _start_allowed(resolved, spec):
+    if resolved is not None and not _start_allowed(resolved):
         return FAILURE_EXIT_CODE
     config = spec.config
     if not all_on_loopback(config.cluster):
@@ -92,12 +92,12 @@ def cmd_train(args) -> int:
     return run_task_process(spec)
 
 
-def _start_allowed(resolved, spec) -> bool:
+def _start_allowed(resolved) -> bool:
     """Under a cluster manager (no --task), counts the start against the job's restart budget; False past it."""
     from estimator_mnist import checkpoints
     from estimator_mnist.restart_budget import check_start, job_of
 
-    source, config = resolved.source, spec.config
+    source, config = resolved.source, resolved.config
     if source.by_hand:
         return True
     view = {"environment": "cloud", "cluster": source.tf_config["cluster"]} \

@@ -17,7 +17,9 @@ from estimator_mnist.config import Config, TaskId
 from estimator_mnist.files import write_text_atomic
 from estimator_mnist.plan.task_plan import apply_in_child, plan_task
 from estimator_mnist.plan.task_spec import TaskSpec, spec_environment
-from estimator_mnist.launch.processes import SPEC_SUFFIX, TaskProcess, die_with_parent, signal_group, start_task, stop_processes, wait_for_groups
+from estimator_mnist.launch.processes import (TaskProcess, die_with_parent, signal_group, spec_file, start_task,
+                                              stop_processes, wait_for_groups)
+
 
 class TaskGroup:
     def __init__(self, config: Config, log_dir: Path, command_for=None, network=None, network_line=None):
@@ -31,11 +33,8 @@ class TaskGroup:
         self.processes: Dict[TaskId, TaskProcess] = {}
         self.all_processes: List[TaskProcess] = []
 
-    def spec_path(self, task: TaskId) -> Path:
-        return self.log_dir / f"{task.type}-{task.index}{SPEC_SUFFIX}"
-
     def command(self, task: TaskId) -> List[str]:
-        return [sys.executable, "-m", "estimator_mnist", "train", "--spec", str(self.spec_path(task))]
+        return [sys.executable, "-m", "estimator_mnist", "train", "--spec", str(spec_file(self.log_dir, task))]
 
     def _preexec(self, task: TaskId) -> None:
         """Runs in each task between fork and exec: the plan's umask and priority before even Python starts,
@@ -47,7 +46,7 @@ class TaskGroup:
 
     def start(self, task: TaskId) -> TaskProcess:
         """Writes the task's spec (again at a restart: the same text), then starts its command."""
-        write_text_atomic(self.spec_path(task), self.specs[task].to_json() + "\n")
+        write_text_atomic(spec_file(self.log_dir, task), self.specs[task].to_json() + "\n")
         process = start_task(task, self.command_for(task), spec_environment(os.environ),
                              self.log_dir / f"{task.type}-{task.index}.log", lambda: self._preexec(task))
         self.processes[task] = process

@@ -22,7 +22,7 @@ import psutil
 
 from estimator_mnist.config import TaskId
 
-SPEC_SUFFIX = ".spec.json"  # beside the task's log: <type>-<index>.spec.json (group.py writes it)
+SPEC_SUFFIX = ".spec.json"  # a task's TaskSpec file (spec_file)
 TF_PROCESS_MODULE = "estimator_mnist.tf_task"  # a task's TensorFlow process: python -m estimator_mnist.tf_task
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
@@ -183,6 +183,12 @@ def descendants(pid: int) -> List[int]:
         return [child.pid for child in psutil.Process(pid).children(recursive=True)]
     except psutil.Error:
         return []
+
+
+def spec_file(log_dir: Path, task: TaskId) -> Path:
+    """Where `launch` writes a task's TaskSpec: beside its log, `<type>-<index>.spec.json` (task_of_command reads
+    the task back from the name)."""
+    return log_dir / f"{task.type}-{task.index}{SPEC_SUFFIX}"
 
 
 def task_of_command(cmdline: List[str]) -> Optional[str]:

@@ -19,7 +19,7 @@ exports a checkpoint.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import List
 
 import tensorflow as tf
 

@@ -11,7 +11,6 @@ from estimator_mnist.config import TaskId
 from estimator_mnist.errors import UsageError
 from estimator_mnist.slurm.environment import (PORT_BASE, PORT_SLOTS, PORT_STRIDE, from_slurm, in_slurm_step,
                                                job_port, read_step)
-from estimator_mnist.plan.task_plan import plan_task
 
 LOCAL = {"chief": ["localhost:2222"], "worker": ["localhost:2223"], "evaluator": "localhost"}
 PS = {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"], "evaluator": "h"}
