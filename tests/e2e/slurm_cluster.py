@@ -28,6 +28,7 @@ from tests.e2e.simulated_hosts import ADDRESSES, SimulatedHosts, kill_groups
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 NODES = {"n1": "a", "n2": "b"}  # Slurm's node name: its SimulatedHosts host
 CPUS_PER_NODE = 4  # declared (SlurmdParameters=config_overrides): more than this machine has is fine
+MEMORY_MB_PER_NODE = 16384  # declared too, so that jobs asking for memory (--mem) fit; CR_CPU does not count it
 CTLD_PORT, SLURMD_PORT = 6917, 6918  # not Slurm's defaults (6817, 6818)
 START_SECS = 60
 # A requeued job may start again cred_expire + 1 s later (Slurm 22.05, job_mgr.c; default 120 s): shorter here.
@@ -95,8 +96,8 @@ class SlurmCluster:
             (self.root / sub).mkdir()
         shutil.chown(self.root / "munge", "munge", "munge")
         (self.root / "munge").chmod(0o755)  # munged wants its socket's directory reachable by everyone
-        nodes = "\n".join(f"NodeName={name} NodeAddr={ADDRESSES[host]} CPUs={CPUS_PER_NODE} State=UNKNOWN"
-                          for name, host in NODES.items())
+        nodes = "\n".join(f"NodeName={name} NodeAddr={ADDRESSES[host]} CPUs={CPUS_PER_NODE} "
+                          f"RealMemory={MEMORY_MB_PER_NODE} State=UNKNOWN" for name, host in NODES.items())
         self.conf.write_text(SLURM_CONF.format(
             tag=self.tag, hostname=socket.gethostname(), ctld_address=ADDRESSES["a"], ctld_port=CTLD_PORT,
             slurmd_port=SLURMD_PORT, munge_socket=self.root / "munge" / "socket", root=self.root, nodes=nodes,

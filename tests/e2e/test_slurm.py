@@ -9,16 +9,12 @@ import re
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
 from estimator_mnist.checkpoints import latest_step, read_eval_results
 from estimator_mnist.progress import read_progress
-from tests.e2e.simulated_hosts import require_namespaces
-from tests.e2e.slurm_cluster import PACKAGES, SlurmCluster
 from tests.helpers import REPO
-from tests.system_packages import require_debian_packages
 
 JOB_YAML = """
 cluster: {{chief: ["localhost:2222"], worker: ["localhost:2223"], evaluator: localhost}}
@@ -31,15 +27,6 @@ restart: {{max_restarts: 2}}
 """
 WAIT_SECS = 300
 GRACE_SECS = 25  # training.preemption_grace_secs in JOB_YAML
-
-
-@pytest.fixture(scope="module")
-def slurm():
-    require_namespaces()
-    require_debian_packages(*PACKAGES)
-    cluster = SlurmCluster(f"s{os.getpid() % 100000}{uuid.uuid4().hex[:3]}")
-    yield cluster
-    cluster.close()
 
 
 def submit(slurm, tmp_path, mnist_data_dir, steps=30, save=10, delay=0, wait=True):

@@ -1,0 +1,266 @@
+"""One array task of a sweep under Slurm: its trial as a single-process srun step, watched. No TensorFlow.
+
+`estimator-mnist sweep ... --array-task` (the script of sweep_script.py) runs
+as the batch shell of array task SLURM_ARRAY_TASK_ID and:
+- refuses in one line (exit 2) a sweep directory this node does not see, a
+  different sweep there, or MNIST not prepared in data_dir on this node;
+- exits 0 at once when its trial is finished or stopped (a resubmission);
+- plans the trial's TaskSpec here, for the CPUs (SLURM_CPUS_PER_TASK) and
+  GPUs Slurm gave it, and runs `train --spec` as one srun step: the step's
+  task can be signalled like any Slurm task (`scancel --signal=TERM`);
+- prints progress lines, and applies the median rule to its own trial against
+  the other trials' evaluations in the shared directory (--early-stop median);
+- a step that ends with 200 (retryable: a SIGTERM to the step, a crash) runs
+  again from the trial's checkpoint; one that saved a newer checkpoint was
+  stopped, not failed, and is not counted against restart.max_restarts;
+- on SIGTERM to itself (`--signal=B:TERM@N` before the time limit,
+  preemption, `scancel --batch --signal=TERM`) it stops the step at a saved
+  step and requeues itself with `scontrol requeue`; the trial resumes there;
+- records every attempt in its row of sweep.json, under the sweep's lock
+  (sweep/shared.py), with sweep.csv and best.yaml rewritten each time; the
+  array task that records the last trial prints the sweep's final table.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import List, Mapping, Optional
+
+from estimator_mnist import checkpoints
+from estimator_mnist.errors import RETRYABLE_EXIT_CODE, UsageError
+from estimator_mnist.files import read_json
+from estimator_mnist.mnist_data.prepare import is_prepared
+from estimator_mnist.plan.task_spec import spec_environment
+from estimator_mnist.sweep import records, shared, trials
+from estimator_mnist.sweep.stopping import median_verdict
+from estimator_mnist.sweep.table import SweepConsole
+
+POLL_SECS = 1.0
+PROGRESS_SECS = 10.0
+STOP_GRACE_SECS = 3.0  # a condemned trial's TERM is repeated after this, which ends it at once
+ERR_NOT_ARRAY = ("SLURM_ARRAY_TASK_ID is not set: --array-task runs as a task of the job array that `estimator-mnist "
+                 "sweep --slurm` writes; submit that script with sbatch")
+ERR_INDEX = "array task {index}: the sweep in {dir} has {count} trials (0-{last}); submit the script `sweep --slurm` writes"
+ERR_NOT_SHARED = ("{dir}: node {node} does not see {file} there, written by `sweep --slurm` on the submitting host: the "
+                  "sweep directory must be on storage every node shares (NFS, Lustre); give such a --sweep-dir")
+ERR_NO_DATA = ("{data_dir}: MNIST is not prepared on node {node}; run `estimator-mnist prepare-data --data-dir "
+               "{data_dir}` on every node, or put data_dir on storage every node shares")
+
+
+class TrialStep:
+    """The trial's srun step, one task: started from the trial's TaskSpec, planned here for the CPUs and GPUs Slurm
+    gave this array task; signalled with scancel, like any Slurm task."""
+
+    def __init__(self, trial: trials.Trial, environ: Mapping[str, str]):
+        self.trial, self.environ = trial, environ
+        self.job = environ.get("SLURM_JOB_ID") or "?"
+        self.popen: Optional[subprocess.Popen] = None
+
+    def own_cpus(self) -> Optional[int]:
+        text = self.environ.get("SLURM_CPUS_PER_TASK", "")
+        return int(text) if text.isdigit() else None
+
+    def command(self) -> List[str]:
+        cpus = self.own_cpus()
+        return ["srun", "--ntasks=1", "--nodes=1", *([f"--cpus-per-task={cpus}"] if cpus else []),
+                "--kill-on-bad-exit=1", f"--output={self.trial.log_path}", "--open-mode=append",
+                *trials.command(self.trial)]
+
+    def start(self) -> None:
+        gpus = bool(self.environ.get("CUDA_VISIBLE_DEVICES") is not None
+                    and any(self.environ.get(v) for v in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_PER_TASK")))
+        trials.write_spec(self.trial, trials.trial_spec(self.trial, own_cpus=self.own_cpus(), gpus_from_manager=gpus))
+        self.popen = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, env=spec_environment(self.environ))
+
+    @property
+    def running(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def terminate(self) -> None:
+        """SIGTERM to this job's steps (not to its batch shell): the trial stops at a saved step. A second one, 2 s
+        or more later, ends its TensorFlow process at once (task_process.py)."""
+        subprocess.run(["scancel", "--signal=TERM", self.job], check=False, capture_output=True)
+
+    def stop(self, grace_secs: float) -> None:
+        """Ends the step: SIGTERM, then SIGTERM again after `grace_secs`, then waits for it."""
+        self.terminate()
+        deadline = time.monotonic() + grace_secs
+        while self.running and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if self.running:
+            self.terminate()
+        self.popen.wait()
+
+
+class ArrayTask:
+    def __init__(self, plan, environ: Mapping[str, str], out=None):
+        self.plan, self.environ = plan, environ
+        self.console = SweepConsole(out, tty=False)
+        self.node = environ.get("SLURMD_NODENAME") or "?"
+        self.job = environ.get("SLURM_JOB_ID") or "?"
+        self.trial: trials.Trial = plan.trials[self._index()]
+        self.step = TrialStep(self.trial, environ)
+        self.preempted = False
+        self.others = [t for t in plan.trials if t.name != self.trial.name]
+        self.shared = shared.SharedTrial(plan, self.trial)
+        self.counted = 0  # this array task's runs of the step that failed without saving a newer checkpoint
+
+    def _index(self) -> int:
+        text = self.environ.get("SLURM_ARRAY_TASK_ID")
+        if not text or not text.isdigit():
+            raise UsageError(ERR_NOT_ARRAY)
+        count = len(self.plan.trials)
+        if int(text) >= count:
+            raise UsageError(ERR_INDEX.format(index=text, dir=self.plan.sweep_dir, count=count, last=count - 1))
+        return int(text)
+
+    def check(self) -> dict:
+        """The sweep's record as this node sees it; UsageError for what this node cannot run."""
+        sweep_dir = self.plan.sweep_dir
+        if read_json(sweep_dir / records.SWEEP_FILE) is None:
+            raise UsageError(ERR_NOT_SHARED.format(dir=sweep_dir, node=self.node, file=records.SWEEP_FILE))
+        record = records.load_or_start(sweep_dir, self.plan.identity, [])  # another sweep: one line, exit 2
+        data_dir = self.trial.data["data_dir"]
+        if not is_prepared(data_dir):
+            raise UsageError(ERR_NO_DATA.format(data_dir=data_dir, node=self.node))
+        return record
+
+    def _on_term(self, _signum, _frame) -> None:
+        self.preempted = True
+        if self.step.running:
+            self.step.terminate()
+
+    # --- the records --------------------------------------------------------------------------------------------
+    def _started(self) -> None:
+        step = checkpoints.latest_step(str(self.trial.model_dir))
+        row = self.shared.attempt_started({"device": f"slurm {self.node}", "node": self.node, "job": self.job}, step)
+        self.console.event(f"{self.trial.name} {'resumed from step ' + str(step) if step else 'started'} on "
+                           f"{self.node} (job {self.job}, attempt {row['attempts']}): "
+                           f"{self.console.values_text(self.trial.values)}")
+
+    def _ended(self, state: str, reason: Optional[str], code: Optional[int]) -> dict:
+        outcome = trials.outcome(self.trial)
+        outcome.pop("final", None)
+        record = self.shared.attempt_ended(state, reason, code, outcome,
+                                           checkpoints.latest_step(str(self.trial.model_dir)))
+        row = self.shared.row(record)
+        trials.write_summary(self.trial, row)
+        figures = records.figures_text(row, self.plan.ranked_by)
+        self.console.event(f"{self.trial.name} {state}" + (f" {figures}" if figures else "")
+                           + (f" ({reason})" if reason else ""))
+        return record
+
+    # --- watching -------------------------------------------------------------------------------------------------
+    def _verdict(self):
+        if self.plan.early_stop != "median":
+            return None
+        others = {t.name: trials.evaluations(t) for t in self.others}
+        return median_verdict(trials.evaluations(self.trial), others, metric=self.plan.ranked_by)
+
+    def _progress(self) -> None:
+        live = trials.live(self.trial.directory)
+        self.console.event(f"{self.trial.name} step {live['global_step'] if live['global_step'] is not None else '-'}"
+                           f"/{self.trial.max_steps} validation accuracy {_fmt(live['validation_accuracy'])} test "
+                           f"accuracy {_fmt(live['accuracy'])}")
+
+    def _watch(self):
+        """Waits for the step; a Verdict when the median rule stopped it, else None."""
+        shown = time.monotonic()
+        while self.step.running:
+            time.sleep(POLL_SECS)
+            verdict = None if self.preempted else self._verdict()
+            if verdict is not None:
+                self.step.stop(STOP_GRACE_SECS)
+                return verdict
+            if time.monotonic() - shown >= PROGRESS_SECS:
+                shown = time.monotonic()
+                self._progress()
+        return None
+
+    def _failure_reason(self, code: int) -> str:
+        tail = [line for line in _tail(self.trial.log_path) if line.strip()][-1:]
+        return (f"the step exited {code}" if code else "exited 0 without a final evaluation") + \
+            (f": {tail[0][:200]}" if tail else "") + f"; see {self.trial.log_path}"
+
+    def _attempt(self) -> tuple:
+        """One run of the step: (state or None to run it again, reason, exit code)."""
+        self._started()
+        before = checkpoints.latest_step(str(self.trial.model_dir))
+        self.step.start()
+        verdict = self._watch()
+        code = self.step.popen.returncode
+        if verdict is not None:
+            self.shared.update(stopped_at_step=verdict.step)
+            return "stopped", verdict.reason, code
+        if self.preempted:
+            return "preempted", None, code
+        if code == 0 and trials.outcome(self.trial).get("final"):
+            return "finished", None, code
+        saved = checkpoints.latest_step(str(self.trial.model_dir))
+        self.counted += 0 if (saved or 0) > (before or 0) else 1  # a stop that saved its step is no failure
+        if code != RETRYABLE_EXIT_CODE or self.counted > self.trial.max_restarts:
+            return "failed", self._failure_reason(code), code
+        return None, f"the step exited {code} (retryable) at step {saved}; it runs again from its checkpoint", code
+
+    def run(self) -> int:
+        record = self.check()
+        row = self.shared.row(record)
+        if row["state"] in records.DONE_STATES:
+            self.console.event(f"{self.trial.name} is already {row['state']}: nothing to run")
+            return 0
+        trials.write_trial_yaml(self.trial)
+        previous = signal.signal(signal.SIGTERM, self._on_term)
+        try:
+            while True:
+                state, reason, code = self._attempt()
+                if state == "preempted":
+                    return self._requeue(code)
+                record = self._ended(state or "interrupted", reason, code)
+                if state is not None:
+                    break
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        final_table(self.console, self.plan, record)
+        return 1 if self.shared.row(record)["state"] == "failed" else 0
+
+    def _requeue(self, code: int) -> int:
+        step = checkpoints.latest_step(str(self.trial.model_dir))
+        self._ended("interrupted", f"preempted (SIGTERM to array task, job {self.job}) at step {step}: "
+                            "requeued, it resumes from its checkpoint", code)
+        result = subprocess.run(["scontrol", "requeue", self.job], check=False, capture_output=True, text=True)
+        if result.returncode != 0:
+            self.console.event(f"error: scontrol requeue {self.job} failed ({result.stderr.strip()}); submit the "
+                               "sweep's script again to resume")
+            return RETRYABLE_EXIT_CODE
+        self.console.event(f"{self.trial.name}: job {self.job} requeued; the trial resumes from step {step}")
+        return 0
+
+def final_table(console: SweepConsole, plan, record: dict) -> None:
+    """Once no trial is left to run: the sweep's final table and its best trial, as a local sweep prints them."""
+    if any(r["state"] not in records.DONE_STATES + ("failed",) for r in record["trials"]):
+        return
+    console.final(record["trials"], plan.ranked_by)
+    best = record.get("best")
+    if best:
+        row = next(r for r in record["trials"] if r["trial"] == best)
+        console.event(f"best: {best} ({console.values_text(row['values'])}) {records.figures_text(row, plan.ranked_by)}"
+                      f"; its settings: {plan.sweep_dir / records.BEST_FILE}")
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _tail(path) -> List[str]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()[-20:]
+    except OSError:
+        return []
+
+
+def run_array_task(plan, out=None) -> int:
+    return ArrayTask(plan, os.environ, out or sys.stdout).run()
