@@ -79,8 +79,8 @@ def grid_check(slurm, work: Path, base: Path) -> dict:
     job, _, _ = submit(slurm, script(base, sweep_dir, GRID), wait=False)
     started = time.time()
     wait_until(lambda: ((read_progress(str(sweep_dir / "trial-000")).get("chief:0") or {}).get("global_step") or 0) >= 30)
-    own = records.read_sweep(sweep_dir)["trials"][0]["job"]  # the array task's own job id (squeue's JOBID)
-    slurm.run(["scancel", "--signal=TERM", own])
+    # As a user would: JOB_INDEX. scancel retries while slurmctld answers "try again later" (docs/slurm_sweeps.md).
+    signalled = slurm.run(["scancel", "--signal=TERM", f"{job}_0"], check=False, timeout=300)
     wait_until(lambda: slurm.job(job).get("JobState") in ("COMPLETED", "FAILED", "CANCELLED")
                and all(t["state"] in ("finished", "stopped", "failed") for t in records.read_sweep(sweep_dir)["trials"]))
     wall = time.time() - started
