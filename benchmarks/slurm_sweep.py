@@ -74,15 +74,20 @@ def wait_until(predicate, timeout=1800):
         time.sleep(1)
 
 
+def step_of(trial_dir: Path) -> int:
+    return (read_progress(str(trial_dir)).get("chief:0") or {}).get("global_step") or 0
+
+
 def grid_check(slurm, work: Path, base: Path) -> dict:
     sweep_dir = work / "grid"
     job, _, _ = submit(slurm, script(base, sweep_dir, GRID), wait=False)
     started = time.time()
-    wait_until(lambda: ((read_progress(str(sweep_dir / "trial-000")).get("chief:0") or {}).get("global_step") or 0) >= 30)
+    wait_until(lambda: step_of(sweep_dir / "trial-000") >= 30)
     # As a user would: JOB_INDEX. scancel retries while slurmctld answers "try again later" (docs/slurm_sweeps.md).
     signalled = slurm.run(["scancel", "--signal=TERM", f"{job}_0"], check=False, timeout=300)
+    done = ("finished", "stopped", "failed")
     wait_until(lambda: slurm.job(job).get("JobState") in ("COMPLETED", "FAILED", "CANCELLED")
-               and all(t["state"] in ("finished", "stopped", "failed") for t in records.read_sweep(sweep_dir)["trials"]))
+               and all(t["state"] in done for t in records.read_sweep(sweep_dir)["trials"]))
     wall = time.time() - started
     record = records.read_sweep(sweep_dir)
     trials = record["trials"]

@@ -11,8 +11,8 @@ as the batch shell of array task SLURM_ARRAY_TASK_ID and:
 - prints progress lines, and applies the median rule to its own trial against
   the other trials' evaluations in the shared directory (--early-stop median);
 - a step that ends with 200 (retryable: a SIGTERM to the step, a crash) runs
-  again from the trial's checkpoint; one that saved a newer checkpoint was
-  stopped, not failed, and is not counted against restart.max_restarts;
+  again from the trial's checkpoint; only one that lost steps counts against
+  restart.max_restarts (Reruns);
 - on SIGTERM to itself (`--signal=B:TERM@N` before the time limit,
   preemption, `scancel --batch --signal=TERM`) it stops the step at a saved
   step and requeues itself with `scontrol requeue`; the trial resumes there;
@@ -35,20 +35,47 @@ from estimator_mnist.errors import RETRYABLE_EXIT_CODE, UsageError
 from estimator_mnist.files import read_json
 from estimator_mnist.mnist_data.prepare import is_prepared
 from estimator_mnist.plan.task_spec import spec_environment
+from estimator_mnist.progress import read_progress
 from estimator_mnist.sweep import records, shared, trials
 from estimator_mnist.sweep.stopping import median_verdict
 from estimator_mnist.sweep.table import SweepConsole
 
 POLL_SECS = 1.0
 PROGRESS_SECS = 10.0
+MAX_IDLE_RERUNS = 10  # runs of the step in a row that end before the trial's first step (Reruns)
 STOP_GRACE_SECS = 3.0  # a condemned trial's TERM is repeated after this, which ends it at once
 ERR_NOT_ARRAY = ("SLURM_ARRAY_TASK_ID is not set: --array-task runs as a task of the job array that `estimator-mnist "
                  "sweep --slurm` writes; submit that script with sbatch")
-ERR_INDEX = "array task {index}: the sweep in {dir} has {count} trials (0-{last}); submit the script `sweep --slurm` writes"
-ERR_NOT_SHARED = ("{dir}: node {node} does not see {file} there, written by `sweep --slurm` on the submitting host: the "
-                  "sweep directory must be on storage every node shares (NFS, Lustre); give such a --sweep-dir")
+ERR_INDEX = ("array task {index}: the sweep in {dir} has {count} trials (0-{last}); submit the script `sweep --slurm` "
+             "writes")
+ERR_NOT_SHARED = ("{dir}: node {node} does not see {file} there, written by `sweep --slurm` on the submitting host: "
+                  "the sweep directory must be on storage every node shares (NFS, Lustre); give such a --sweep-dir")
 ERR_NO_DATA = ("{data_dir}: MNIST is not prepared on node {node}; run `estimator-mnist prepare-data --data-dir "
                "{data_dir}` on every node, or put data_dir on storage every node shares")
+
+
+class Reruns:
+    """Which ends of the step run it again. A 200 (retryable) after which a newer checkpoint exists lost nothing
+    and begins the count again; one that lost steps counts against restart.max_restarts, in a row; one before
+    the trial took any step (stopped or ended while starting: Slurm's scancel retries its signal for as long as
+    slurmctld answers "try again later", and reaches each new step) lost nothing either, and up to
+    MAX_IDLE_RERUNS of those in a row run again. Any other code ends the trial (ArrayTask)."""
+
+    def __init__(self, max_restarts: int):
+        self.max_restarts, self.failures, self.idle = max_restarts, 0, 0
+
+    def count(self, newer: bool, trained: bool) -> Optional[str]:
+        """After a 200: None to run the step again, else why the trial has failed."""
+        if newer:
+            self.failures = self.idle = 0
+            return None
+        if not trained:
+            self.idle += 1
+            return None if self.idle <= MAX_IDLE_RERUNS else \
+                f"{self.idle} runs of the step in a row ended before the trial took a step"
+        self.failures += 1
+        return None if self.failures <= self.max_restarts else \
+            f"{self.failures} failures in a row without a newer checkpoint (restart.max_restarts={self.max_restarts})"
 
 
 class TrialStep:
@@ -107,7 +134,7 @@ class ArrayTask:
         self.preempted = False
         self.others = [t for t in plan.trials if t.name != self.trial.name]
         self.shared = shared.SharedTrial(plan, self.trial)
-        self.counted = 0  # this array task's runs of the step that failed without saving a newer checkpoint
+        self.reruns = Reruns(self.trial.max_restarts)
 
     def _index(self) -> int:
         text = self.environ.get("SLURM_ARRAY_TASK_ID")
@@ -189,7 +216,7 @@ class ArrayTask:
     def _attempt(self) -> tuple:
         """One run of the step: (state or None to run it again, reason, exit code)."""
         self._started()
-        before = checkpoints.latest_step(str(self.trial.model_dir))
+        before, started = checkpoints.latest_step(str(self.trial.model_dir)), time.time()
         self.step.start()
         verdict = self._watch()
         code = self.step.popen.returncode
@@ -200,11 +227,18 @@ class ArrayTask:
             return "preempted", None, code
         if code == 0 and trials.outcome(self.trial).get("final"):
             return "finished", None, code
-        saved = checkpoints.latest_step(str(self.trial.model_dir))
-        self.counted += 0 if (saved or 0) > (before or 0) else 1  # a stop that saved its step is no failure
-        if code != RETRYABLE_EXIT_CODE or self.counted > self.trial.max_restarts:
+        if code != RETRYABLE_EXIT_CODE:
             return "failed", self._failure_reason(code), code
+        saved = checkpoints.latest_step(str(self.trial.model_dir))
+        reason = self.reruns.count(newer=(saved or 0) > (before or 0), trained=self._trained_since(started))
+        if reason is not None:
+            return "failed", f"{reason}; {self._failure_reason(code)}", code
         return None, f"the step exited {code} (retryable) at step {saved}; it runs again from its checkpoint", code
+
+    def _trained_since(self, started: float) -> bool:
+        """Whether the trial's TensorFlow process took a step since `started` (its progress record, on this node)."""
+        record = read_progress(str(self.trial.directory)).get(str(trials.TRIAL_TASK)) or {}
+        return (record.get("first_step_time") or 0) >= started
 
     def run(self) -> int:
         record = self.check()

@@ -44,8 +44,8 @@ def sweep_script(tmp_path, data_dir, params, *flags, steps=20, save=10, delay=0)
 
 
 def outputs(tmp_path):
-    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
-                     for p in sorted((tmp_path / "s").glob("slurm-logs/*.out")) + sorted((tmp_path / "s").glob("*/trial.log")))
+    files = sorted((tmp_path / "s").glob("slurm-logs/*.out")) + sorted((tmp_path / "s").glob("*/trial.log"))
+    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in files)
 
 
 def submit(slurm, tmp_path, script, wait=True):

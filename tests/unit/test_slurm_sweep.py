@@ -9,7 +9,8 @@ import pytest
 
 from estimator_mnist.errors import UsageError
 from estimator_mnist.slurm import sweep_script
-from estimator_mnist.slurm.sweep_task import ERR_NO_DATA, ERR_NOT_ARRAY, ERR_NOT_SHARED, ArrayTask
+from estimator_mnist.slurm.sweep_task import (ERR_NO_DATA, ERR_NOT_ARRAY, ERR_NOT_SHARED, MAX_IDLE_RERUNS, ArrayTask,
+                                              Reruns)
 from estimator_mnist.sweep import records, shared
 from estimator_mnist.sweep.run import array_script, build_plan
 from estimator_mnist.sweep.status import status_text
@@ -114,3 +115,14 @@ def test_sweep_status_shows_every_trial_the_counts_and_the_best_so_far(tmp_path)
     assert "4 trials: 1 finished, 2 pending, 1 running" in text
     assert "best so far: trial-001 (model.learning_rate=0.001 training.batch_size_per_replica=64) validation " \
            "accuracy 0.9700 (chose), test accuracy 0.9600" in text
+
+
+def test_only_reruns_that_lost_steps_count_against_max_restarts():
+    reruns = Reruns(max_restarts=2)
+    assert reruns.count(newer=False, trained=True) is None and reruns.count(newer=False, trained=True) is None
+    assert reruns.count(newer=True, trained=True) is None  # a newer checkpoint: the count begins again
+    assert reruns.count(newer=False, trained=True) is None and reruns.count(newer=False, trained=True) is None
+    assert "3 failures in a row without a newer checkpoint" in reruns.count(newer=False, trained=True)
+    idle = Reruns(max_restarts=0)  # stopped while starting (scancel's retries): nothing lost, up to a bound
+    assert all(idle.count(newer=False, trained=False) is None for _ in range(MAX_IDLE_RERUNS))
+    assert "ended before the trial took a step" in idle.count(newer=False, trained=False)
