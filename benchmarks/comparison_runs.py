@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 
 from estimator_mnist.plan.hosts import free_loopback_ports
 from estimator_mnist.progress import read_progress
-from estimator_mnist.run_summary import collect
+from estimator_mnist.supervise.run_summary import collect
 
 from common import DEFAULT_CONFIG, REPO, Shape, run_launch, start, wait_all
 from comparison_figures import Run, summarise, window

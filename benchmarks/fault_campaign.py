@@ -33,7 +33,7 @@ from pathlib import Path
 
 
 from estimator_mnist.checkpoints import latest_step
-from estimator_mnist.launch.processes import descendants, living_pids, tensorflow_processes
+from estimator_mnist.supervise.process_group import descendants, living_pids, tensorflow_processes
 from estimator_mnist.progress import read_progress
 
 from common import DEFAULT_CONFIG, Launch, benchmark_parser, launch_command, start, write_json

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psutil
 
-from estimator_mnist.launch.processes import descendants, living_pids, task_of_command
+from estimator_mnist.supervise.process_group import descendants, living_pids, task_of_command
 from estimator_mnist.progress import read_progress
 
 from common import DEFAULT_CONFIG, Launch, benchmark_parser, launch_command, start, write_json

@@ -32,7 +32,7 @@ from typing import Dict, List
 
 import psutil
 
-from estimator_mnist.launch.processes import tensorflow_processes
+from estimator_mnist.supervise.process_group import tensorflow_processes
 from estimator_mnist.progress import read_progress
 
 from common import DEFAULT_CONFIG, Launch, benchmark_parser, launch_command, run_launch, start, write_json

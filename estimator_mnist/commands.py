@@ -87,7 +87,7 @@ def cmd_train(args) -> int:
         print(f"estimator-mnist: warning: TensorFlow's servers accept anyone who reaches {ports}, with no "
               "authentication: allow these ports only from the cluster's own hosts (firewall or private network)",
               file=sys.stderr, flush=True)
-    from estimator_mnist.task_process import run_task_process
+    from estimator_mnist.supervise.task_parent import run_task_process
 
     return run_task_process(spec)
 
@@ -95,7 +95,7 @@ def cmd_train(args) -> int:
 def _start_allowed(resolved) -> bool:
     """Under a cluster manager (no --task), counts the start against the job's restart budget; False past it."""
     from estimator_mnist import checkpoints
-    from estimator_mnist.restart_budget import check_start, job_of
+    from estimator_mnist.supervise.restart_budget import check_start, job_of
 
     source, config = resolved.source, resolved.config
     if source.by_hand:
@@ -117,7 +117,7 @@ def _start_allowed(resolved) -> bool:
 
 
 def cmd_launch(args) -> int:
-    from estimator_mnist.launch import launch
+    from estimator_mnist.supervise.launch import launch
 
     config = load(args)
     return launch(config, cluster_file=os.path.abspath(args.cluster), quiet=args.quiet)
@@ -167,7 +167,7 @@ def cmd_serve(args) -> int:
 
 
 def cmd_summary(args) -> int:
-    from estimator_mnist.run_summary import print_summary
+    from estimator_mnist.supervise.run_summary import print_summary
 
     return print_summary(args.run_dir, args.json, sys.stdout)
 

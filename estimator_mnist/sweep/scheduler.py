@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional
 import psutil
 
 from estimator_mnist.errors import INTERRUPTED_EXIT_CODE
-from estimator_mnist.launch.processes import TaskProcess, describe_exit, stop_processes
+from estimator_mnist.supervise.process_group import TaskProcess, describe_exit, stop_processes
 from estimator_mnist.sweep import records, trials
 from estimator_mnist.sweep.devices import Device
 from estimator_mnist.sweep.stopping import median_verdict

@@ -21,7 +21,7 @@ from typing import Dict, List
 from estimator_mnist import checkpoints
 from estimator_mnist.config import TaskId, apply_overrides, config_from_dict
 from estimator_mnist.files import write_json_atomic
-from estimator_mnist.launch.processes import TaskProcess, die_with_parent, start_task
+from estimator_mnist.supervise.process_group import TaskProcess, die_with_parent, start_task
 from estimator_mnist.progress import read_progress
 from estimator_mnist.sweep.devices import Device
 from estimator_mnist.sweep.space import as_overrides
@@ -133,7 +133,7 @@ def live(trial: Trial) -> dict:
 def outcome(trial: Trial) -> dict:
     """Final accuracy, time to each threshold, images/s: the run summary of the trial's directory."""
     from estimator_mnist.errors import UsageError
-    from estimator_mnist.run_summary import collect
+    from estimator_mnist.supervise.run_summary import collect
 
     if not (trial.directory / "progress").is_dir():
         return {}

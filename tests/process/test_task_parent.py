@@ -11,7 +11,7 @@ import pytest
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE
 from estimator_mnist.plan.task_plan import plan_task
-from estimator_mnist.task_process import TaskParent
+from estimator_mnist.supervise.task_parent import TaskParent
 from tests.helpers import TF_STARTUP_LINES
 from tests.process.startup_lines_probe import LAST_WORDS, OTHERS
 

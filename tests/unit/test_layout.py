@@ -168,7 +168,7 @@ def test_validating_and_launching_import_no_tensorflow():
     """One fresh interpreter (this process has TensorFlow loaded already) imports every module that should
     be free of it, then validates the default cluster file."""
     modules = tensorflow_free_modules()
-    assert "estimator_mnist.cli" in modules and "estimator_mnist.launch.launcher" in modules
+    assert "estimator_mnist.cli" in modules and "estimator_mnist.supervise.launch.launcher" in modules
     result = subprocess.run([sys.executable, "-m", "tests.unit.import_probe", *modules], cwd=REPO,
                             capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "clean", result.stdout + result.stderr[-2000:]

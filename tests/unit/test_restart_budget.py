@@ -6,8 +6,8 @@ import pytest
 
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.errors import PermanentFailure
-from estimator_mnist.restart_budget import (ERR_BUDGET, JOB_ID_ENV, RECORD_FILE, Job, RestartBudget, check_start,
-                                            job_of)
+from estimator_mnist.supervise.restart_budget import (ERR_BUDGET, JOB_ID_ENV, RECORD_FILE, Job, RestartBudget,
+                                                      check_start, job_of)
 from tests.helpers import error_pattern
 
 CLUSTER = config_from_dict({"cluster": {"chief": ["a:1"], "worker": ["b:1"], "evaluator": "c"}}, "t").cluster

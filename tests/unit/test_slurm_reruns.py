@@ -5,8 +5,8 @@ import json
 import re
 
 from estimator_mnist.config import config_from_dict
-from estimator_mnist.restart_budget import RECORD_FILE
-from estimator_mnist.slurm.reruns import ERR_NO_JOB, ERR_SPENT, main, rerun
+from estimator_mnist.supervise.restart_budget import RECORD_FILE
+from estimator_mnist.supervise.slurm_reruns import ERR_NO_JOB, ERR_SPENT, main, rerun
 from tests.helpers import error_pattern
 
 

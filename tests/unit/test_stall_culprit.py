@@ -4,7 +4,7 @@ stopped TensorFlow process (after the same timeout) a moment before the launcher
 import pytest
 
 from estimator_mnist.config import TaskId, config_from_dict
-from estimator_mnist.launch.supervisor import Supervisor, TaskFailure
+from estimator_mnist.supervise.launch.supervisor import Supervisor, TaskFailure
 
 CONFIG = config_from_dict({"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"]},
                            "launcher": {"stall_timeout_secs": 60}}, "t.yaml")

@@ -42,8 +42,8 @@ class PrivateNetwork:
     """The helper process that holds the namespace, and the way for a child to join it."""
 
     def __init__(self):
-        self._holder = subprocess.Popen([sys.executable, "-m", "estimator_mnist.netns_holder"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self._holder = subprocess.Popen([sys.executable, "-m", "estimator_mnist.supervise.netns_holder"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         answer = self._holder.stdout.readline().strip()
         if answer != "ready":
             self.close()

@@ -21,10 +21,10 @@ from typing import Dict, Iterable, List, Optional
 from estimator_mnist import checkpoints
 from estimator_mnist.config import Config, TaskId
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE
-from estimator_mnist.launch.group import TaskGroup
-from estimator_mnist.launch.monitor import Monitor
-from estimator_mnist.launch.processes import describe_exit
-from estimator_mnist.launch.report import Console
+from estimator_mnist.supervise.launch.group import TaskGroup
+from estimator_mnist.supervise.launch.monitor import Monitor
+from estimator_mnist.supervise.process_group import describe_exit
+from estimator_mnist.supervise.launch.report import Console
 
 POLL_SECS = 0.5
 

@@ -1,4 +1,4 @@
-"""Holds a private network namespace for a local cluster: `python -m estimator_mnist.netns_holder`.
+"""Holds a private network namespace for a local cluster: `python -m estimator_mnist.supervise.netns_holder`.
 
 It enters a new network namespace, brings up its loopback interface, prints
 "ready" (or "error REASON") and then lives until its stdin closes or its
@@ -16,8 +16,8 @@ import socket
 import struct
 import sys
 
-from estimator_mnist.launch.processes import die_with_parent
-from estimator_mnist.netns import CLONE_NEWNET
+from estimator_mnist.supervise.process_group import die_with_parent
+from estimator_mnist.supervise.private_network import CLONE_NEWNET
 
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
