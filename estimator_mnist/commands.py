@@ -175,7 +175,7 @@ def cmd_summary(args) -> int:
 def cmd_tfjob(args) -> int:
     from pathlib import Path
 
-    from estimator_mnist.tfjob import manifest
+    from estimator_mnist.kubeflow.tfjob import manifest
 
     config = load(args)
     text = Path(args.cluster).read_text(encoding="utf-8")

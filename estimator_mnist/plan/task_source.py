@@ -58,9 +58,9 @@ def resolve_task(cluster_file: Optional[str], task_text: Optional[str], override
     none of them. `paths`: the --model-dir, --data-dir and --run-dir flags (None: the YAML's)."""
     # pylint: disable=import-outside-toplevel
     from estimator_mnist.config import apply_overrides, config_from_dict, load_config, read_yaml
-    from estimator_mnist.plan.cluster_env import from_tf_config, single_process
+    from estimator_mnist.plan.tf_config_source import from_tf_config, single_process
     from estimator_mnist.plan.topology import parse_task
-    from estimator_mnist.slurm.environment import from_slurm, in_slurm_step
+    from estimator_mnist.plan.slurm_source import from_slurm, in_slurm_step
 
     if task_text is not None:
         if cluster_file is None:

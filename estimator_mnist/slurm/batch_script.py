@@ -27,7 +27,7 @@ from typing import Optional, Sequence, Tuple
 
 from estimator_mnist.config import Config
 from estimator_mnist.errors import UsageError
-from estimator_mnist.slurm.environment import ordered_tasks
+from estimator_mnist.plan.slurm_source import ordered_tasks
 
 SIGNAL_MARGIN_SECS = 30  # after preemption_grace_secs: the step ends, the requeue is asked for
 OWN_OPTIONS = {  # sbatch options the script sets itself: what to use instead

@@ -21,7 +21,7 @@ from estimator_mnist import checkpoints
 from estimator_mnist.tf_task.checkpoint_repair import fall_back_to_intact
 from estimator_mnist.config import PS_STRATEGIES, Config, TaskId
 from estimator_mnist.tf_task.data import VALIDATION_SPLIT, input_fn
-from estimator_mnist.disk_full import disk_full_failure, is_disk_full
+from estimator_mnist.tf_task.disk_full import disk_full_failure, is_disk_full
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, RETRYABLE_NOTE, RetryableFailure
 from estimator_mnist.tf_task.evaluator import exporter
 from estimator_mnist.tf_task.hooks import ProgressHook, ReadyHook, ThroughputSummaryHook, VariablePlacementHook, log

@@ -21,7 +21,7 @@ from typing import Callable, List, Mapping, Optional, Tuple
 from estimator_mnist.config import TaskId
 from estimator_mnist.errors import UsageError
 from estimator_mnist.plan.task_source import TaskSource
-from estimator_mnist.slurm.hostlist import expand_hostlist, expand_tasks_per_node
+from estimator_mnist.plan.slurm_hostlist import expand_hostlist, expand_tasks_per_node
 
 ROLE_ORDER = ("chief", "evaluator", "worker", "ps")  # the evaluator beside the chief: the trainers spread out
 PORT_BASE, PORT_SLOTS, PORT_STRIDE = 16384, 512, 32  # ports 16384-32767
