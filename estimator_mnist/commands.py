@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from estimator_mnist.errors import FAILURE_EXIT_CODE, PermanentFailure, UsageError
+from estimator_mnist.errors import FAILURE_EXIT_CODE, UsageError
 
 ERR_SPEC_ALONE = "train --spec FILE takes no other input flags (got {flags}): the spec holds the whole task"
 PREPARE_LOG = "prepare-data.log"  # in data_dir: TensorFlow's and TFDS's output while preparing
@@ -78,8 +78,11 @@ def cmd_train(args) -> int:
     for note in spec.notes:
         print(f"estimator-mnist: {note}", file=sys.stderr, flush=True)
     apply_to_this_process(spec.plan)  # before anything else: env, cores, umask, CPU priority
-    if resolved is not None and not _start_allowed(resolved):
-        return FAILURE_EXIT_CODE
+    if resolved is not None:
+        from estimator_mnist.supervise.manager_start import start_allowed
+
+        if not start_allowed(resolved, os.environ):
+            return FAILURE_EXIT_CODE
     config = spec.config
     if not all_on_loopback(config.cluster):
         cluster = config.cluster
@@ -90,30 +93,6 @@ def cmd_train(args) -> int:
     from estimator_mnist.supervise.task_parent import run_task_process
 
     return run_task_process(spec)
-
-
-def _start_allowed(resolved) -> bool:
-    """Under a cluster manager (no --task), counts the start against the job's restart budget; False past it."""
-    from estimator_mnist import checkpoints
-    from estimator_mnist.supervise.restart_budget import check_start, job_of
-
-    source, config = resolved.source, resolved.config
-    if source.by_hand:
-        return True
-    view = {"environment": "cloud", "cluster": source.tf_config["cluster"]} \
-        if source.gpus_from_manager and source.tf_config else None
-    job = job_of(os.environ, view)
-    try:
-        incident = check_start(source.task, config.cluster, job, config.restart.max_restarts, config.model_dir,
-                               checkpoints.latest_step(config.model_dir))
-    except PermanentFailure as exc:
-        print(f"estimator-mnist: error: {exc}", file=sys.stderr, flush=True)
-        return False
-    if incident is not None:
-        print(f"estimator-mnist: restart {incident['number']}/{config.restart.max_restarts} of job {job.key} "
-              f"({incident['what']}); the record: {config.model_dir}/restart_budget.json",
-              file=sys.stderr, flush=True)
-    return True
 
 
 def cmd_launch(args) -> int:

@@ -43,13 +43,14 @@ from typing import Callable, List, Optional
 
 from estimator_mnist import checkpoints
 from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE
-from estimator_mnist.supervise.process_group import TF_PROCESS_MODULE, describe_exit, die_with_parent, stopped_by_signal
+from estimator_mnist.supervise.process_group import describe_exit, die_with_parent, stopped_by_signal
 from estimator_mnist.plan.peers import describe_missing, missing_peers, peers_of
 from estimator_mnist.progress import FRESH_SECS, read_progress
 from estimator_mnist.supervise.child_stderr import FilteredStderr
 from estimator_mnist.plan.task_plan import TaskPlan
 from estimator_mnist.plan.task_spec import TaskSpec, spec_environment
 from estimator_mnist.tasklog import log
+from estimator_mnist.tf_task import TF_PROCESS_MODULE
 
 STOP_GRACE_SECS = 10.0  # after Ctrl-C
 REPEAT_SECS = 2.0  # a SIGTERM this soon after the first is the same request

@@ -93,7 +93,7 @@ def test_train_takes_a_spec_alone(tmp_path, capsys):
 
 
 def test_the_process_table_names_each_task():
-    from estimator_mnist.supervise.process_group import task_of_command  # pylint: disable=import-outside-toplevel
+    from tests.process_table import task_of_command  # pylint: disable=import-outside-toplevel
 
     assert task_of_command(["python", "-m", "estimator_mnist", "train", "--spec", "/r/logs/1/worker-1.spec.json"]) \
         == "worker:1"

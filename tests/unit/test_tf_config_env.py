@@ -10,7 +10,8 @@ from estimator_mnist import cli, commands
 from estimator_mnist.config import TaskId
 from estimator_mnist.errors import UsageError
 from estimator_mnist.plan.task_plan import describe, plan_task
-from estimator_mnist.plan.tf_config_source import ERR_NO_TASK, read_tf_config
+from estimator_mnist.plan.single_process_source import ERR_NO_TASK
+from estimator_mnist.plan.tf_config_source import read_tf_config
 
 
 def operator_tf_config(job, replicas, task, index, namespace="default", port=2222):
