@@ -3,7 +3,7 @@
 TensorFlow is imported only by the commands that run it (prepare-data,
 predict, ensemble, serve), and only after their input is checked; `train`
 never imports it: it resolves its task's TaskSpec and hands it to its
-TensorFlow process (task_process.py). Bad input is rejected in well under a
+TensorFlow process (supervise/task_parent.py). Bad input is rejected in well under a
 second.
 """
 

@@ -37,5 +37,5 @@ class ResolvedTask:
         """The task's TaskSpec, planned from `cpu_set` (default: the CPUs this process may use)."""
         source = self.source
         plan = plan_task(self.config, source.task, source.tf_config, cpu_set=cpu_set,
-                         gpus_from_pod=source.gpus_from_manager, own_cpus=source.own_cpus)
+                         gpus_from_manager=source.gpus_from_manager, own_cpus=source.own_cpus)
         return TaskSpec(config=self.config, plan=plan, notes=(source.note,) if source.note else ())

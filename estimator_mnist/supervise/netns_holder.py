@@ -3,7 +3,7 @@
 It enters a new network namespace, brings up its loopback interface, prints
 "ready" (or "error REASON") and then lives until its stdin closes or its
 parent dies; the launcher's tasks join the namespace through
-/proc/<this pid>/ns/net (see netns.py).
+/proc/<this pid>/ns/net (see supervise/private_network.py).
 """
 
 from __future__ import annotations

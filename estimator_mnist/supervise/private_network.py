@@ -7,7 +7,7 @@ their own that has only a loopback interface: they reach each other as
 before, and nothing outside the namespace (another machine, another
 container, another namespace of this machine) can reach their ports.
 
-The namespace is held by a helper process (netns_holder.py); each task joins it with
+The namespace is held by a helper process (supervise/netns_holder.py); each task joins it with
 setns(2) between fork and exec, so the launcher itself stays in the
 machine's network.
 """

@@ -1,4 +1,5 @@
-"""Starting task processes in their own process groups, and stopping them for sure. No TensorFlow.
+"""Starting processes in their own process groups, stopping them for sure, and asking psutil about them: for
+`launch`'s tasks, `train`'s TensorFlow child, a sweep's trials and the namespace helper. No TensorFlow.
 
 The launcher never trusts a task to stop by itself: MultiWorkerMirrored
 workers catch SIGTERM and keep running, and survivors of a dead peer retry

@@ -23,7 +23,7 @@ The parent exists so that a task always ends with a code of the exit table
 The child takes the task's TaskSpec on its stdin, and reports that its session
 exists by writing to a pipe (--ready-fd). Its stderr passes through the
 parent, which leaves out TensorFlow's known start-up lines and nothing else
-(task_output.py): a pod's log is its stderr.
+(supervise/child_stderr.py): a pod's log is its stderr.
 
 An evaluator on the trainers' machine starts its child only once a trainer
 has taken a step (or a checkpoint exists): importing TensorFlow and building
@@ -217,7 +217,7 @@ class TaskParent:
             if self.start_gate is not None and not self._wait_for_gate():
                 os.close(ready_write)
                 return self.stop_code()  # stopped before its child started: nothing of its work is done
-            stderr = FilteredStderr()  # TensorFlow's known start-up lines left out (task_output.py)
+            stderr = FilteredStderr()  # TensorFlow's known start-up lines left out (supervise/child_stderr.py)
             self._start_child(command, ready_write, env, stderr, spec)
             try:
                 ended_by_itself = self._wait_child(ready_read)

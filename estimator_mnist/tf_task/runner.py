@@ -85,7 +85,8 @@ def setup_log_line(config: Config, plan: TaskPlan, strategy, priority: str) -> s
 
 
 def build_estimator(config: Config, plan: TaskPlan, strategy=None):
-    """`plan` with its precision resolved (TaskPlan.with_precision)."""
+    """The task's Estimator: its RunConfig (model_dir, checkpoints, summaries, the session settings and `strategy`)
+    over model_fn. `plan` has its precision resolved already (TaskPlan.with_precision)."""
     training = config.training
     lean_checkpoint_start()
     lean_events_graph()

@@ -1,4 +1,4 @@
-"""The task's parent (task_process.py) with a real child process: a child stopped by a signal is named and ended
+"""The task's parent (supervise/task_parent.py) with a real child process: a child stopped by a signal is named and ended
 within launcher.stall_timeout_secs, before its session formed or after, with no launcher around."""
 
 import os

@@ -1,4 +1,4 @@
-"""An evaluator beside trainers starts TensorFlow once they train: the gate its parent waits on (task_process.py)."""
+"""An evaluator beside trainers starts TensorFlow once they train: the gate its parent waits on (supervise/task_parent.py)."""
 
 import os
 import signal

@@ -91,7 +91,7 @@ def test_under_slurm_the_batch_script_counts_the_reruns_and_the_tasks_only_obey_
     slurm = job_of({"SLURM_JOB_ID": "4711"}, None)
     assert starts(tmp_path, TaskId("chief", 0), 3, job=slurm) == [None] * 3  # the chief's starts are no incidents
     budget = RestartBudget(slurm, 1, str(tmp_path))
-    for _ in range(2):  # what slurm/reruns.py records for two steps that exited 200
+    for _ in range(2):  # what supervise/slurm_reruns.py records for two steps that exited 200
         budget.record_incident("step exited 200")
     with pytest.raises(PermanentFailure, match="job slurm-4711 has been restarted 2 times"):
         check_start(TaskId("worker", 0), CLUSTER, slurm, 1, str(tmp_path))

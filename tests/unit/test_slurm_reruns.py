@@ -1,4 +1,4 @@
-"""The batch script's reruns (slurm/reruns.py): each step that exited 200 is one incident of the job's restart
+"""The batch script's reruns (supervise/slurm_reruns.py): each step that exited 200 is one incident of the job's restart
 budget, recorded in model_dir under SLURM_JOB_ID; past restart.max_restarts, one line and exit 1."""
 
 import json

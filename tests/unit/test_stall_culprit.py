@@ -1,5 +1,5 @@
 """The launcher's stall names the task that was stopped by a signal, also when that task's own parent ended its
-stopped TensorFlow process (after the same timeout) a moment before the launcher looked (launch/supervisor.py)."""
+stopped TensorFlow process (after the same timeout) a moment before the launcher looked (supervise/launch/supervisor.py)."""
 
 import pytest
 

@@ -1,7 +1,7 @@
 """`estimator-mnist launch`: start every task of a cluster file on this machine and see the run through.
 
-Each task runs `estimator-mnist train --task T` with its own plan, in its own
-process group, with its own log. The supervisor watches them, the restart
+Each task runs `estimator-mnist train --spec FILE`, the TaskSpec the group
+wrote for it (group.py), in its own process group, with its own log. The supervisor watches them, the restart
 policy decides what a failure costs, and the report says how it went. No
 TensorFlow is imported here.
 """
