@@ -28,7 +28,7 @@ LAYERS = (
 # Calls that start a long-lived child, signal or inspect another process: (module or None for any object, name).
 PROCESS_CALLS = {("subprocess", "Popen"), ("os", "kill"), ("os", "killpg"), ("os", "setpgid"), ("os", "setsid"),
                  ("os", "getpgid"), ("os", "fork"), ("os", "waitpid"), ("signal", "pthread_kill"),
-                 ("psutil", "process_iter"), (None, "send_signal"), (None, "terminate")}
+                 ("psutil", "process_iter"), (None, "send_signal"), (None, "terminate"), (None, "kill")}
 PROCESS_KEYWORDS = {"start_new_session", "preexec_fn"}
 ONE_SHOT_CALLS = {("subprocess", "run"), ("subprocess", "check_output"), ("subprocess", "check_call"),
                   ("subprocess", "call")}
