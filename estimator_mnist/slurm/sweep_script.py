@@ -3,7 +3,7 @@
 Each array task is `estimator-mnist sweep` with the same flags and
 `--array-task`: it finds its trial from SLURM_ARRAY_TASK_ID and runs it as one
 single-process srun step from its TaskSpec, planned on its node for the CPUs
-and GPUs Slurm gave it (slurm/sweep_task.py). `%K` is --parallel. Only the
+and GPUs Slurm gave it (sweep/array_task.py). `%K` is --parallel. Only the
 trials not yet finished or stopped are in `--array`; an array task whose trial
 is done exits 0 at once, so the same script submitted again trains nothing.
 `--signal=B:TERM@N` and `--requeue`: an array task signalled before its time

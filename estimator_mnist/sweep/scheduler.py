@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-import psutil
-
 from estimator_mnist.config import TaskId
 from estimator_mnist.errors import INTERRUPTED_EXIT_CODE
-from estimator_mnist.launch.processes import TaskProcess, describe_exit, die_with_parent, start_task, stop_processes
 from estimator_mnist.plan.task_spec import spec_environment
+from estimator_mnist.supervise.process_group import (TaskProcess, affinity_of, describe_exit, start_pinned,
+                                                     stop_processes)
 from estimator_mnist.sweep import records, trials
 from estimator_mnist.sweep.devices import Device
 from estimator_mnist.sweep.stopping import median_verdict
@@ -44,14 +43,8 @@ def start_trial(trial: trials.Trial, device: Device, argv: List[str]) -> TaskPro
     pinned to the device's cores before exec; TF_CONFIG is left out, as for every task started from a spec."""
     gpus = [device.gpu] if device.kind == "gpu" else []  # a CPU trial must see no GPU
     trials.write_spec(trial, trials.trial_spec(trial, gpus=gpus, cpu_set=device.cores or None))
-
-    def preexec():
-        die_with_parent()
-        if device.kind == "cpu":
-            os.sched_setaffinity(0, device.cores)  # inherited by TensorFlow's process and all its threads
-
-    return start_task(TaskId("trial", int(trial.name.split("-")[-1])), argv, spec_environment(os.environ),
-                      trial.log_path, preexec)
+    return start_pinned(TaskId("trial", int(trial.name.split("-")[-1])), argv, spec_environment(os.environ),
+                        trial.log_path, device.cores if device.kind == "cpu" else None)
 
 
 @dataclass(frozen=True)
@@ -90,10 +83,7 @@ class SweepRunner:
         row = self.rows[trial.name]
         trials.write_trial_yaml(trial)
         process = start_trial(trial, device, self.command_for(trial))
-        try:
-            affinity = sorted(psutil.Process(process.pid).cpu_affinity())
-        except psutil.Error:
-            affinity = None  # it has exited already; its end is recorded at the next poll
+        affinity = affinity_of(process.pid)  # None: it has exited already; its end is recorded at the next poll
         resumed = trials.evaluations(trial) or (trial.model_dir / "checkpoint").is_file()
         row.update(state="running", device=str(device), affinity=affinity, pid=process.pid, started=time.time(),
                    ended=None, exit_code=None, reason=None, attempts=row.get("attempts", 0) + 1,

@@ -6,7 +6,7 @@ whole test set and exports, in its own directory. It starts as every task
 does: from a TaskSpec (`trial.spec.json`, `train --spec`), planned where it
 runs: by the local scheduler for the trial's device (its cores, or its own
 GPU), or by the trial's Slurm array task for what Slurm gave it
-(slurm/sweep_task.py). trial.yaml itself carries no device. Started again on
+(sweep/array_task.py). trial.yaml itself carries no device. Started again on
 the same directory, a trial resumes from its newest checkpoint. Unless the
 base YAML or a --param sets data.validation_examples, a trial holds out the
 last DEFAULT_VALIDATION_EXAMPLES training images (splits.py): the sweep
@@ -26,9 +26,10 @@ from estimator_mnist.files import write_json_atomic, write_text_atomic
 from estimator_mnist.plan.task_plan import plan_task
 from estimator_mnist.plan.task_spec import TaskSpec
 from estimator_mnist.progress import read_progress
+from estimator_mnist.sweep.records import TRIAL_FILE
 from estimator_mnist.sweep.space import as_overrides
 
-TRIAL_FILE, LOG_FILE, SUMMARY_FILE, SPEC_FILE = "trial.yaml", "trial.log", "run_summary.json", "trial.spec.json"
+LOG_FILE, SUMMARY_FILE, SPEC_FILE = "trial.log", "run_summary.json", "trial.spec.json"
 TRIAL_TASK = TaskId("chief", 0)  # a trial is one process: the chief of a cluster of one
 UNUSED_ADDRESS = "localhost:2222"  # a single-process job starts no server: the port is never opened
 DEFAULT_VALIDATION_EXAMPLES = 5000
@@ -105,7 +106,7 @@ def trial_spec(trial: Trial, gpus: Optional[List[int]] = None, cpu_set: Optional
     """The trial's TaskSpec where it runs: `gpus` as in with_gpus, `cpu_set` the cores it is pinned to (default:
     this process's), `own_cpus` the CPUs Slurm gave it, `gpus_from_manager` when Slurm gave it its GPUs."""
     config = config_from_dict(with_gpus(trial.data, gpus), str(trial.directory / TRIAL_FILE))
-    plan = plan_task(config, TRIAL_TASK, cpu_set=cpu_set, own_cpus=own_cpus, gpus_from_pod=gpus_from_manager)
+    plan = plan_task(config, TRIAL_TASK, cpu_set=cpu_set, own_cpus=own_cpus, gpus_from_manager=gpus_from_manager)
     return TaskSpec(config=config, plan=plan)
 
 
@@ -144,7 +145,7 @@ def live(directory: Path) -> dict:
 def outcome(trial: Trial) -> dict:
     """Final accuracy, time to each threshold, images/s: the run summary of the trial's directory."""
     from estimator_mnist.errors import UsageError
-    from estimator_mnist.run_summary import collect
+    from estimator_mnist.supervise.run_summary import collect
 
     if not (trial.directory / "progress").is_dir():
         return {}

@@ -9,8 +9,8 @@ import pytest
 
 from estimator_mnist.errors import UsageError
 from estimator_mnist.slurm import sweep_script
-from estimator_mnist.slurm.sweep_task import (ERR_NO_DATA, ERR_NOT_ARRAY, ERR_NOT_SHARED, MAX_IDLE_RERUNS, ArrayTask,
-                                              Reruns)
+from estimator_mnist.sweep.array_task import (ERR_NO_DATA, ERR_NOT_ARRAY, ERR_NOT_SHARED, MAX_IDLE_RERUNS, ArrayTask,
+                                               Reruns)
 from estimator_mnist.sweep import records, shared
 from estimator_mnist.sweep.run import array_script, build_plan
 from estimator_mnist.sweep.status import status_text

@@ -6,8 +6,9 @@ as the batch shell of array task SLURM_ARRAY_TASK_ID and:
   different sweep there, or MNIST not prepared in data_dir on this node;
 - exits 0 at once when its trial is finished or stopped (a resubmission);
 - plans the trial's TaskSpec here, for the CPUs (SLURM_CPUS_PER_TASK) and
-  GPUs Slurm gave it, and runs `train --spec` as one srun step: the step's
-  task can be signalled like any Slurm task (`scancel --signal=TERM`);
+  GPUs Slurm gave it, and runs `train --spec` as one srun step
+  (supervise/slurm_trial_step.py): the step's task can be signalled like any
+  Slurm task (`scancel --signal=TERM`);
 - prints progress lines, and applies the median rule to its own trial against
   the other trials' evaluations in the shared directory (--early-stop median);
 - a step that ends with 200 (retryable: a SIGTERM to the step, a crash) runs
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from typing import List, Mapping, Optional
@@ -34,8 +34,8 @@ from estimator_mnist import checkpoints
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, UsageError
 from estimator_mnist.files import read_json
 from estimator_mnist.mnist_data.prepare import is_prepared
-from estimator_mnist.plan.task_spec import spec_environment
 from estimator_mnist.progress import read_progress
+from estimator_mnist.supervise.slurm_trial_step import TrialStep, gpus_from_slurm, own_cpus
 from estimator_mnist.sweep import records, shared, trials
 from estimator_mnist.sweep.stopping import median_verdict
 from estimator_mnist.sweep.table import SweepConsole
@@ -78,51 +78,6 @@ class Reruns:
             f"{self.failures} failures in a row without a newer checkpoint (restart.max_restarts={self.max_restarts})"
 
 
-class TrialStep:
-    """The trial's srun step, one task: started from the trial's TaskSpec, planned here for the CPUs and GPUs Slurm
-    gave this array task; signalled with scancel, like any Slurm task."""
-
-    def __init__(self, trial: trials.Trial, environ: Mapping[str, str]):
-        self.trial, self.environ = trial, environ
-        self.job = environ.get("SLURM_JOB_ID") or "?"
-        self.popen: Optional[subprocess.Popen] = None
-
-    def own_cpus(self) -> Optional[int]:
-        text = self.environ.get("SLURM_CPUS_PER_TASK", "")
-        return int(text) if text.isdigit() else None
-
-    def command(self) -> List[str]:
-        cpus = self.own_cpus()
-        return ["srun", "--ntasks=1", "--nodes=1", *([f"--cpus-per-task={cpus}"] if cpus else []),
-                "--kill-on-bad-exit=1", f"--output={self.trial.log_path}", "--open-mode=append",
-                *trials.command(self.trial)]
-
-    def start(self) -> None:
-        gpus = bool(self.environ.get("CUDA_VISIBLE_DEVICES") is not None
-                    and any(self.environ.get(v) for v in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_PER_TASK")))
-        trials.write_spec(self.trial, trials.trial_spec(self.trial, own_cpus=self.own_cpus(), gpus_from_manager=gpus))
-        self.popen = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, env=spec_environment(self.environ))
-
-    @property
-    def running(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def terminate(self) -> None:
-        """SIGTERM to this job's steps (not to its batch shell): the trial stops at a saved step. A second one, 2 s
-        or more later, ends its TensorFlow process at once (task_process.py)."""
-        subprocess.run(["scancel", "--signal=TERM", self.job], check=False, capture_output=True)
-
-    def stop(self, grace_secs: float) -> None:
-        """Ends the step: SIGTERM, then SIGTERM again after `grace_secs`, then waits for it."""
-        self.terminate()
-        deadline = time.monotonic() + grace_secs
-        while self.running and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if self.running:
-            self.terminate()
-        self.popen.wait()
-
-
 class ArrayTask:
     def __init__(self, plan, environ: Mapping[str, str], out=None):
         self.plan, self.environ = plan, environ
@@ -130,7 +85,7 @@ class ArrayTask:
         self.node = environ.get("SLURMD_NODENAME") or "?"
         self.job = environ.get("SLURM_JOB_ID") or "?"
         self.trial: trials.Trial = plan.trials[self._index()]
-        self.step = TrialStep(self.trial, environ)
+        self.step = TrialStep(environ)
         self.preempted = False
         self.others = [t for t in plan.trials if t.name != self.trial.name]
         self.shared = shared.SharedTrial(plan, self.trial)
@@ -159,7 +114,7 @@ class ArrayTask:
     def _on_term(self, _signum, _frame) -> None:
         self.preempted = True
         if self.step.running:
-            self.step.terminate()
+            self.step.ask_to_stop()
 
     # --- the records --------------------------------------------------------------------------------------------
     def _started(self) -> None:
@@ -197,8 +152,7 @@ class ArrayTask:
     def _watch(self):
         """Waits for the step; a Verdict when the median rule stopped it, else None."""
         shown = time.monotonic()
-        while self.step.running:
-            time.sleep(POLL_SECS)
+        while self.step.wait_once(POLL_SECS):
             verdict = None if self.preempted else self._verdict()
             if verdict is not None:
                 self.step.stop(STOP_GRACE_SECS)
@@ -208,18 +162,16 @@ class ArrayTask:
                 self._progress()
         return None
 
-    def _failure_reason(self, code: int) -> str:
-        tail = [line for line in _tail(self.trial.log_path) if line.strip()][-1:]
-        return (f"the step exited {code}" if code else "exited 0 without a final evaluation") + \
-            (f": {tail[0][:200]}" if tail else "") + f"; see {self.trial.log_path}"
-
     def _attempt(self) -> tuple:
         """One run of the step: (state or None to run it again, reason, exit code)."""
         self._started()
         before, started = checkpoints.latest_step(str(self.trial.model_dir)), time.time()
-        self.step.start()
+        spec = trials.trial_spec(self.trial, own_cpus=own_cpus(self.environ),
+                                 gpus_from_manager=gpus_from_slurm(self.environ))
+        trials.write_spec(self.trial, spec)  # planned here, on the node, for what Slurm gave this array task
+        self.step.start(trials.command(self.trial), self.trial.log_path)
         verdict = self._watch()
-        code = self.step.popen.returncode
+        code = self.step.returncode
         if verdict is not None:
             self.shared.update(stopped_at_step=verdict.step)
             return "stopped", verdict.reason, code
@@ -228,11 +180,11 @@ class ArrayTask:
         if code == 0 and trials.outcome(self.trial).get("final"):
             return "finished", None, code
         if code != RETRYABLE_EXIT_CODE:
-            return "failed", self._failure_reason(code), code
+            return "failed", failure_reason(self.trial, code), code
         saved = checkpoints.latest_step(str(self.trial.model_dir))
         reason = self.reruns.count(newer=(saved or 0) > (before or 0), trained=self._trained_since(started))
         if reason is not None:
-            return "failed", f"{reason}; {self._failure_reason(code)}", code
+            return "failed", f"{reason}; {failure_reason(self.trial, code)}", code
         return None, f"the step exited {code} (retryable) at step {saved}; it runs again from its checkpoint", code
 
     def _trained_since(self, started: float) -> bool:
@@ -265,10 +217,10 @@ class ArrayTask:
         step = checkpoints.latest_step(str(self.trial.model_dir))
         self._ended("interrupted", f"preempted (SIGTERM to array task, job {self.job}) at step {step}: "
                             "requeued, it resumes from its checkpoint", code)
-        result = subprocess.run(["scontrol", "requeue", self.job], check=False, capture_output=True, text=True)
-        if result.returncode != 0:
-            self.console.event(f"error: scontrol requeue {self.job} failed ({result.stderr.strip()}); submit the "
-                               "sweep's script again to resume")
+        done, error = self.step.requeue()
+        if not done:
+            self.console.event(f"error: scontrol requeue {self.job} failed ({error}); submit the sweep's script "
+                               "again to resume")
             return RETRYABLE_EXIT_CODE
         self.console.event(f"{self.trial.name}: job {self.job} requeued; the trial resumes from step {step}")
         return 0
@@ -283,6 +235,13 @@ def final_table(console: SweepConsole, plan, record: dict) -> None:
         row = next(r for r in record["trials"] if r["trial"] == best)
         console.event(f"best: {best} ({console.values_text(row['values'])}) {records.figures_text(row, plan.ranked_by)}"
                       f"; its settings: {plan.sweep_dir / records.BEST_FILE}")
+
+
+def failure_reason(trial: trials.Trial, code: int) -> str:
+    """Why the trial failed: the step's code and the last line of its log."""
+    tail = [line for line in _tail(trial.log_path) if line.strip()][-1:]
+    return (f"the step exited {code}" if code else "exited 0 without a final evaluation") + \
+        (f": {tail[0][:200]}" if tail else "") + f"; see {trial.log_path}"
 
 
 def _fmt(value) -> str:
