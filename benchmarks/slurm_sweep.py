@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository, for tests.e2e's Slurm cluster
 
-from benchmarks.results import BenchmarkParser, record_run  # noqa: E402
+from results import BenchmarkParser, record_run  # noqa: E402
 from estimator_mnist.config import apply_overrides, config_from_dict, default_data_dir, read_yaml  # noqa: E402
 from estimator_mnist.mnist_data.arrays import load_split_numpy  # noqa: E402
 from estimator_mnist.progress import read_progress  # noqa: E402
