@@ -148,8 +148,8 @@ def _add_sweep_slurm_flags(p) -> None:
     """sweep --slurm: the batch script of a job array, one task per trial (docs/slurm_sweeps.md)."""
     p.add_argument("--slurm", action="store_true", help="print the batch script of a Slurm job array, one array task "
                    "per trial (--parallel at a time, --cores-per-trial CPUs each), instead of running here")
-    p.add_argument("--mem-per-trial", default="4G", metavar="MEM", help="with --slurm: sbatch --mem (default 4G)")
-    p.add_argument("--gpus-per-trial", type=int, default=0, metavar="G", help="with --slurm: GPUs each (default 0)")
+    p.add_argument("--mem-per-trial", metavar="MEM", help="with --slurm: sbatch --mem (default 4G)")
+    p.add_argument("--gpus-per-trial", type=_positive, metavar="G", help="with --slurm: GPUs each (default none)")
     for flag in ("--job-name", "--partition", "--time", "--account"):
         p.add_argument(flag, help="with --slurm: sbatch " + flag)
     p.add_argument("--array-task", action="store_true", help=argparse.SUPPRESS)  # in each array task (--slurm)

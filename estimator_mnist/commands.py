@@ -203,16 +203,19 @@ def cmd_sweep(args) -> int:
 
         return run_array_task(plan)
     if args.slurm:
-        from estimator_mnist.slurm.sweep_script import ArrayOptions
+        from estimator_mnist.slurm.sweep_script import DEFAULT_MEMORY, ArrayOptions
         from estimator_mnist.sweep.run import array_script
 
-        options = ArrayOptions(parallel=args.parallel, cpus=args.cores_per_trial or 1, memory=args.mem_per_trial,
-                               gpus=args.gpus_per_trial, job_name=args.job_name, partition=args.partition,
+        options = ArrayOptions(parallel=args.parallel, cpus=args.cores_per_trial or 1, memory=args.mem_per_trial or DEFAULT_MEMORY,
+                               gpus=args.gpus_per_trial or 0, job_name=args.job_name, partition=args.partition,
                                time=args.time, account=args.account, extra=tuple(args.sbatch_options))
         print(array_script(plan, _sweep_args(args, plan), options), end="")
         return 0
-    if args.sbatch_options:
-        raise UsageError(f"{args.sbatch_options[0]!r}: sbatch options go with --slurm")
+    given = [flag for flag in ("mem_per_trial", "gpus_per_trial", "job_name", "partition", "time", "account",
+                               "sbatch_options") if getattr(args, flag)]
+    if given:
+        raise UsageError(f"--{given[0].replace('_', '-')}: goes with --slurm (a sweep on this machine has no Slurm "
+                         "job); add --slurm, or leave it out")
     return run_sweep(plan)
 
 

@@ -71,6 +71,9 @@ def test_options_the_script_sets_itself_and_local_devices_are_refused(tmp_path):
     result = subprocess.run([sys.executable, "-m", "estimator_mnist", "sweep", "--cluster", str(base), "--param",
                              PARAMS[0], "--slurm", "--devices", "cpu:0"], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 2 and "with --slurm, Slurm places them" in result.stderr, result.stderr
+    result = subprocess.run([sys.executable, "-m", "estimator_mnist", "sweep", "--cluster", str(base), "--param",
+                             PARAMS[0], "--mem-per-trial", "2G"], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 2 and "--mem-per-trial: goes with --slurm" in result.stderr, result.stderr
 
 
 def _bump(sweep_dir, name, times):
