@@ -78,27 +78,29 @@ class Reruns:
             f"{self.failures} failures in a row without a newer checkpoint (restart.max_restarts={self.max_restarts})"
 
 
+def trial_index(plan, environ: Mapping[str, str]) -> int:
+    """This array task's trial: SLURM_ARRAY_TASK_ID, checked against the sweep's trials."""
+    text = environ.get("SLURM_ARRAY_TASK_ID")
+    if not text or not text.isdigit():
+        raise UsageError(ERR_NOT_ARRAY)
+    count = len(plan.trials)
+    if int(text) >= count:
+        raise UsageError(ERR_INDEX.format(index=text, dir=plan.sweep_dir, count=count, last=count - 1))
+    return int(text)
+
+
 class ArrayTask:
     def __init__(self, plan, environ: Mapping[str, str], out=None):
         self.plan, self.environ = plan, environ
         self.console = SweepConsole(out, tty=False)
         self.node = environ.get("SLURMD_NODENAME") or "?"
         self.job = environ.get("SLURM_JOB_ID") or "?"
-        self.trial: trials.Trial = plan.trials[self._index()]
+        self.trial: trials.Trial = plan.trials[trial_index(plan, environ)]
         self.step = TrialStep(environ)
         self.preempted = False
         self.others = [t for t in plan.trials if t.name != self.trial.name]
         self.shared = shared.SharedTrial(plan, self.trial)
         self.reruns = Reruns(self.trial.max_restarts)
-
-    def _index(self) -> int:
-        text = self.environ.get("SLURM_ARRAY_TASK_ID")
-        if not text or not text.isdigit():
-            raise UsageError(ERR_NOT_ARRAY)
-        count = len(self.plan.trials)
-        if int(text) >= count:
-            raise UsageError(ERR_INDEX.format(index=text, dir=self.plan.sweep_dir, count=count, last=count - 1))
-        return int(text)
 
     def check(self) -> dict:
         """The sweep's record as this node sees it; UsageError for what this node cannot run."""
@@ -198,20 +200,28 @@ class ArrayTask:
         if row["state"] in records.DONE_STATES:
             self.console.event(f"{self.trial.name} is already {row['state']}: nothing to run")
             return 0
+        with shared.trial_lock(self.trial.directory) as mine:
+            if not mine:  # the same sweep submitted twice: never two runs of one trial in one directory
+                self.console.event(f"{self.trial.name} is being run by another array task (job "
+                                   f"{row.get('job', '?')} on {row.get('node', '?')}): nothing to run here")
+                return 0
+            record = self._run_trial()
+        final_table(self.console, self.plan, record)
+        return 1 if self.shared.row(record)["state"] == "failed" else 0
+
+    def _run_trial(self) -> dict:
         trials.write_trial_yaml(self.trial)
         previous = signal.signal(signal.SIGTERM, self._on_term)
         try:
             while True:
                 state, reason, code = self._attempt()
                 if state == "preempted":
-                    return self._requeue(code)
+                    raise Requeued(self._requeue(code))
                 record = self._ended(state or "interrupted", reason, code)
                 if state is not None:
-                    break
+                    return record
         finally:
             signal.signal(signal.SIGTERM, previous)
-        final_table(self.console, self.plan, record)
-        return 1 if self.shared.row(record)["state"] == "failed" else 0
 
     def _requeue(self, code: int) -> int:
         step = checkpoints.latest_step(str(self.trial.model_dir))
@@ -255,5 +265,12 @@ def _tail(path) -> List[str]:
         return []
 
 
+class Requeued(Exception):
+    """The array task was preempted and has asked Slurm to requeue it; args[0] is its exit code."""
+
+
 def run_array_task(plan, out=None) -> int:
-    return ArrayTask(plan, os.environ, out or sys.stdout).run()
+    try:
+        return ArrayTask(plan, os.environ, out or sys.stdout).run()
+    except Requeued as requeued:
+        return requeued.args[0]

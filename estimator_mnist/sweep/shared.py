@@ -36,6 +36,23 @@ def locked(sweep_dir: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
+@contextlib.contextmanager
+def trial_lock(directory: Path) -> Iterator[bool]:
+    """Holds <trial>/trial.lock while a Slurm array task runs the trial: True, or False when another process (on any
+    node) holds it already. Released when its holder ends, however it ends."""
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    fd = os.open(Path(directory) / "trial.lock", os.O_RDWR | os.O_CREAT, 0o640)
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
 def start_or_resume(sweep_dir: Path, identity: dict, trial_values, ranked_by: str) -> dict:
     """The sweep's record, created or checked against `identity` (a UsageError for another sweep), saved."""
     with locked(sweep_dir):

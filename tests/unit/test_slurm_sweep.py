@@ -129,3 +129,22 @@ def test_only_reruns_that_lost_steps_count_against_max_restarts():
     idle = Reruns(max_restarts=0)  # stopped while starting (scancel's retries): nothing lost, up to a bound
     assert all(idle.count(newer=False, trained=False) is None for _ in range(MAX_IDLE_RERUNS))
     assert "ended before the trial took a step" in idle.count(newer=False, trained=False)
+
+
+def _hold(directory, ready, release):
+    with shared.trial_lock(directory) as mine:
+        ready.put(mine)
+        release.get(timeout=60)
+
+
+def test_one_trial_is_run_by_one_array_task_at_a_time(tmp_path):
+    ready, release = multiprocessing.Queue(), multiprocessing.Queue()
+    holder = multiprocessing.Process(target=_hold, args=(tmp_path / "trial-000", ready, release))
+    holder.start()
+    assert ready.get(timeout=60) is True
+    with shared.trial_lock(tmp_path / "trial-000") as mine:
+        assert mine is False  # another process, as on another node, holds it
+    release.put(None)
+    holder.join(60)
+    with shared.trial_lock(tmp_path / "trial-000") as mine:
+        assert mine is True
