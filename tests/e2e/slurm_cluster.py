@@ -169,19 +169,40 @@ class SlurmCluster:
         text = self.run(["scontrol", "-o", "show", "job", job_id]).stdout
         return dict(item.split("=", 1) for item in text.split() if "=" in item)
 
+    def _ours(self, pid: str) -> bool:
+        """The process runs under this cluster (its SLURM_CONF): other Slurm clusters on the machine are not ours."""
+        try:
+            return f"SLURM_CONF={self.conf}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            return False
+
     def processes_left(self, marker: str, settle_secs: float = 10) -> List[str]:
-        """Job processes still running after `settle_secs`: any slurmstepd, and any process whose command line
-        holds `marker` (the test's directory, which every task's command names)."""
+        """Job processes still running after `settle_secs`: any slurmstepd of this cluster, and any process whose
+        command line holds `marker` (the test's directory, which every task's command names)."""
         deadline = time.monotonic() + settle_secs
         while True:
             result = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True, text=True, check=True)
             left = [line for line in result.stdout.splitlines()[1:] if line.split()[1][0] != "Z"
-                    and ("slurmstepd" in line or marker in line)]
+                    and (("slurmstepd" in line and self._ours(line.split()[0])) or marker in line)]
             if not left or time.monotonic() > deadline:
                 return left
             time.sleep(0.5)
 
+    def _cancel_jobs(self) -> None:
+        """Every job of this cluster cancelled, so that no slurmstepd (a daemon of its own) outlives the cluster."""
+        self.run(["scancel", "--full", "--user=root"], check=False, timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if not self.run(["squeue", "-h", "-o", "%i"], check=False, timeout=30).stdout.strip():
+                return
+            time.sleep(0.5)
+
     def close(self) -> None:
+        if self.daemons and all(p.poll() is None for p in self.daemons):
+            try:
+                self._cancel_jobs()
+            except (OSError, subprocess.SubprocessError):
+                pass  # the daemons are stopped below either way
         for proc in reversed(self.daemons):  # slurmd, slurmctld, then munged
             if proc.poll() is None:
                 proc.terminate()
