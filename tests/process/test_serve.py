@@ -174,7 +174,7 @@ def test_bad_model_path_and_busy_port_are_one_line_and_exit_2(tmp_path, served):
     broken = tmp_path / "broken" / "123"
     broken.mkdir(parents=True)
     (broken / "saved_model.pb").write_bytes(b"not a SavedModel")
-    unloadable = run_cli("serve", "--model", str(broken), "--port", str(free_ports(1)[0]))
+    unloadable = run_cli("serve", "--model", str(broken), "--port", str(free_ports(1)[0]), "--grpc-port", "0")
     assert unloadable.returncode == 2 and len(unloadable.stderr.strip().splitlines()) == 1
 
 
