@@ -16,7 +16,27 @@ SIGNAL_AFTER_SECS = 2.0
 def _summary(clients: int, total: int, wall: float, latencies: list) -> dict:
     milliseconds = np.array(latencies) * 1000
     return {"clients": clients, "requests": total, "requests_per_sec": total / wall,
-            "p50_ms": float(np.percentile(milliseconds, 50)), "p99_ms": float(np.percentile(milliseconds, 99))}
+            "p50_ms": float(np.percentile(milliseconds, 50)), "p99_ms": float(np.percentile(milliseconds, 99)),
+            "latencies": latencies}
+
+
+def interleaved(rounds: int, loads: dict) -> dict:
+    """{name: summary}: each load of `loads` ({name: load(total)}) run in turn, `rounds` times, so that a burst
+    of other work on shared cores falls on every one alike; requests/s is the median round's, the latencies
+    those of every round."""
+    runs = {name: [] for name in loads}
+    for _ in range(rounds):
+        for name, load in loads.items():
+            runs[name].append(load())
+    out = {}
+    for name, summaries in runs.items():
+        latencies = [value for summary in summaries for value in summary.pop("latencies")]
+        rates = [summary["requests_per_sec"] for summary in summaries]
+        out[name] = _summary(summaries[0]["clients"], sum(s["requests"] for s in summaries), 1.0, latencies)
+        out[name].pop("latencies")
+        out[name]["requests_per_sec"] = float(np.median(rates))
+        out[name]["rounds_requests_per_sec"] = [round(rate, 1) for rate in rates]
+    return out
 
 
 def _run(clients: int, work) -> float:

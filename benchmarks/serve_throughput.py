@@ -1,6 +1,7 @@
 """`estimator-mnist serve` under load: requests/s and p50/p99 latency for 1 and 16 concurrent clients over REST
 and over gRPC, each sending single-image `serving_default` requests (a MNIST test digit as a PNG: b64 in JSON,
-or a DT_STRING TensorProto), from this machine; then SIGTERM under 16 clients (the drain).
+or a DT_STRING TensorProto), from this machine; then SIGTERM under 16 clients (the drain). REST and gRPC take
+turns in rounds (--rounds), so that other work on shared cores falls on both alike: the median round counts.
 
 The reference is a loop in this process calling the loaded SavedModel's
 `serving_default` (tf.saved_model.load) with the same PNGs, one image per
@@ -38,7 +39,7 @@ from estimator_mnist.plan.hosts import free_loopback_ports
 
 from common import REPO, benchmark_parser
 from results import figures_of, record_run
-from serve_load import drain_under_load, grpc_load, grpc_requests, rest_load
+from serve_load import drain_under_load, grpc_load, grpc_requests, interleaved, rest_load
 
 GOAL_THROUGHPUT = 0.7  # 16 clients' images/s over the reference loop's
 GOAL_P99_MS = 50.0  # at 1 client
@@ -110,8 +111,13 @@ def measure(args, proc, url: str, grpc_port: int, bodies: list, predicts: list) 
     rest_load(url, bodies, 1, 50)  # warm-up
     grpc_load(grpc_port, predicts, 1, 50)
     rss_warm = psutil.Process(proc.pid).memory_info().rss
-    levels = [rest_load(url, bodies, clients, args.requests) for clients in (1, 16)]
-    grpc_levels = [grpc_load(grpc_port, predicts, clients, args.requests) for clients in (1, 16)]
+    levels, grpc_levels = [], []
+    for clients in (1, 16):
+        per_round = args.requests // args.rounds
+        both = interleaved(args.rounds, {"rest": lambda: rest_load(url, bodies, clients, per_round),
+                                         "grpc": lambda: grpc_load(grpc_port, predicts, clients, per_round)})
+        levels.append(both["rest"])
+        grpc_levels.append(both["grpc"])
     for api, level in [("REST", level) for level in levels] + [("gRPC", level) for level in grpc_levels]:
         print(f"{api:4s} {level['clients']:2d} clients: {level['requests_per_sec']:6.0f} requests/s  p50 "
               f"{level['p50_ms']:5.1f} ms  p99 {level['p99_ms']:5.1f} ms", flush=True)
@@ -143,8 +149,11 @@ def main(argv=None) -> int:
     parser = benchmark_parser(__doc__, json_help="append one JSON line of every figure to this file",
                               not_measured=("model",))
     parser.add_argument("--model", required=True, help="an export, a model_dir or a run directory")
-    parser.add_argument("--requests", type=int, default=600, help="requests per client count (default 600)")
+    parser.add_argument("--requests", type=int, default=1000,
+                        help="requests per client count and API, over all rounds (default 1000)")
     parser.add_argument("--digits", type=int, default=100, help="distinct test digits sent (default 100)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="REST and gRPC take turns this many times per client count; the median round counts")
     parser.add_argument("--malformed", type=int, default=1000)
     parser.add_argument("--serve-args", default="", help="more flags for serve, e.g. '--batch-timeout-ms 1'")
     args = parser.parse_args(argv)

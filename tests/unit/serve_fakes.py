@@ -6,16 +6,14 @@ gRPC on a loopback port of this process."""
 from __future__ import annotations
 
 import threading
-from concurrent import futures
 
-import grpc
 import numpy as np
 from tensorflow.core.framework import tensor_shape_pb2, types_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
 from estimator_mnist.tf_model.serve.app import create_app
 from estimator_mnist.tf_model.serve.batcher import Batcher
-from estimator_mnist.tf_model.serve.grpc_api import add_services
+from estimator_mnist.tf_model.serve.grpc_server import GrpcServer
 from estimator_mnist.tf_model.serve.serving_api import ServingApi
 from estimator_mnist.tf_model.serve.serving_errors import invalid
 from estimator_mnist.tf_model.serve.versions import Versions
@@ -92,17 +90,14 @@ class Serve:
         self.api = ServingApi("mnist", self.versions, self.batcher, deadline_secs=deadline_secs)
         self.http = create_app(self.api, max_body_bytes=max_body_bytes, cors=cors).test_client()
         self.grpc_port = free_ports(1)[0]
-        self.grpc = grpc.server(futures.ThreadPoolExecutor(8), options=[("grpc.so_reuseport", 0)])
-        add_services(self.grpc, self.api)
-        self.grpc.add_insecure_port(f"127.0.0.1:{self.grpc_port}")
-        self.grpc.start()
+        self.grpc = GrpcServer(self.api, "127.0.0.1", self.grpc_port, 1 << 22)
 
     def export(self, stamp: int) -> None:
         make_export(self.model_dir, stamp)
         self.versions.poll()
 
     def close(self) -> None:
-        self.grpc.stop(None)
+        self.grpc.close()
         self.batcher.stop(timeout=1)
         self.versions.stop(wait_secs=1)
 

@@ -61,7 +61,7 @@ def test_a_busy_port_is_named_with_the_fix():
         port = holder.getsockname()[1]
         with pytest.raises(UsageError, match=f"port {port} on 127.0.0.1 cannot be used \\(already in use\\); give "
                                              "another with --grpc-port"):
-            server.listen_grpc("127.0.0.1", port, 1 << 20)
+            server.check_grpc_port("127.0.0.1", port)
 
 
 def test_only_an_address_other_than_loopback_gets_the_warning():

@@ -14,6 +14,7 @@ server's if sooner.
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable, Optional
 
 import grpc
@@ -24,7 +25,7 @@ from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb
 from estimator_mnist.tf_model.serve.request_json import DEFAULT_SIGNATURE
 from estimator_mnist.tf_model.serve.serving_api import ServingApi
 from estimator_mnist.tf_model.serve.serving_errors import CODE_NAMES, invalid, ServingError
-from estimator_mnist.tf_model.serve.tensor_protos import from_array, to_array
+from estimator_mnist.tf_model.serve.tensor_protos import fill, to_array
 
 ERR_NO_SPEC = "Missing ModelSpec"
 ERR_NO_NAME = "ModelSpec has no name specified."
@@ -63,19 +64,23 @@ def _names(names) -> str:
 
 
 class Handler:
-    """Runs one RPC inside ServingApi.request (drain, metrics) and turns a ServingError into its gRPC status."""
+    """Runs one RPC inside ServingApi.request (drain, metrics) and turns a ServingError into its gRPC status.
+    The servicers are coroutines on grpc.aio's event loop (grpc_server.py): a request waiting for the model holds
+    no thread."""
 
     def __init__(self, api: ServingApi):
         self.api = api
 
-    def call(self, context, method: str, spec, work: Callable[[], object]):
+    async def call(self, context, method: str, spec, work: Callable[[], object]):
         try:
             with self.api.request(method, "GRPC", spec.name, spec.signature_name):
-                return work()
+                answer = work()
+                return await answer if inspect.isawaitable(answer) else answer
         except ServingError as exc:
-            context.abort(getattr(grpc.StatusCode, exc.code, grpc.StatusCode.UNKNOWN), exc.message)
+            code, message = getattr(grpc.StatusCode, exc.code, grpc.StatusCode.UNKNOWN), exc.message
         except Exception as exc:  # pylint: disable=broad-except  # Serving's INTERNAL; the server goes on
-            context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+            code, message = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
+        await context.abort(code, message)
         return None
 
     def deadline(self, context) -> float:
@@ -109,10 +114,10 @@ def _output_names(request, outputs) -> list:
 
 
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer, Handler):
-    def Predict(self, request, context):
-        return self.call(context, "Predict", request.model_spec, lambda: self._predict(request, context))
+    async def Predict(self, request, context):
+        return await self.call(context, "Predict", request.model_spec, lambda: self._predict(request, context))
 
-    def _predict(self, request, context):
+    async def _predict(self, request, context):
         if not request.HasField("model_spec"):
             raise invalid(ERR_NO_SPEC)
         deadline, spec = self.deadline(context), request.model_spec
@@ -124,12 +129,12 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer, H
                 raise ServingError("FAILED_PRECONDITION", ERR_SIGNATURE_KEY.format(name=signature))
             arrays = _checked_inputs(request, served.model.input_types(signature))
             names = _output_names(request, definition.get("outputs", {}))
-            outputs = self.api.run(served, signature, arrays, deadline)
+            outputs = await self.api.run_async(served, signature, arrays, deadline)
             response = predict_pb2.PredictResponse()
             response.model_spec.name, response.model_spec.signature_name = spec.name, signature
             response.model_spec.version.value = served.number
             for name in names:
-                response.outputs[name].CopyFrom(from_array(outputs[name]))
+                fill(response.outputs[name], outputs[name])
             return response
         finally:
             served.release()
@@ -144,12 +149,12 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer, H
         finally:
             served.release()
 
-    def Classify(self, request, context):
-        return self.call(context, "Classify", request.model_spec,
+    async def Classify(self, request, context):
+        return await self.call(context, "Classify", request.model_spec,
                          lambda: self._classify_or_regress(request, "classify"))
 
-    def Regress(self, request, context):
-        return self.call(context, "Regress", request.model_spec, lambda: self._classify_or_regress(request, "regress"))
+    async def Regress(self, request, context):
+        return await self.call(context, "Regress", request.model_spec, lambda: self._classify_or_regress(request, "regress"))
 
     def _multi_inference(self, request):
         spec = request.tasks[0].model_spec if request.tasks else model_pb2.ModelSpec()
@@ -174,9 +179,9 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer, H
         finally:
             served.release()
 
-    def MultiInference(self, request, context):
+    async def MultiInference(self, request, context):
         spec = request.tasks[0].model_spec if request.tasks else model_pb2.ModelSpec()
-        return self.call(context, "MultiInference", spec, lambda: self._multi_inference(request))
+        return await self.call(context, "MultiInference", spec, lambda: self._multi_inference(request))
 
     def _metadata(self, request):
         if not request.HasField("model_spec"):
@@ -200,8 +205,8 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer, H
         finally:
             served.release()
 
-    def GetModelMetadata(self, request, context):
-        return self.call(context, "GetModelMetadata", request.model_spec, lambda: self._metadata(request))
+    async def GetModelMetadata(self, request, context):
+        return await self.call(context, "GetModelMetadata", request.model_spec, lambda: self._metadata(request))
 
 
 class ModelService(model_service_pb2_grpc.ModelServiceServicer, Handler):
@@ -217,13 +222,14 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer, Handler):
             entry.status.error_message = message
         return response
 
-    def GetModelStatus(self, request, context):
-        return self.call(context, "GetModelStatus", request.model_spec, lambda: self._status(request))
+    async def GetModelStatus(self, request, context):
+        return await self.call(context, "GetModelStatus", request.model_spec, lambda: self._status(request))
 
-    def HandleReloadConfigRequest(self, request, context):
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, ERR_RELOAD)
+    async def HandleReloadConfigRequest(self, request, context):
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, ERR_RELOAD)
 
 
-def add_services(server: grpc.Server, api: ServingApi) -> None:
+def add_services(server, api: ServingApi) -> None:
+    """Both services on a grpc.aio server."""
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(api), server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(api), server)

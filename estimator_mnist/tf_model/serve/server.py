@@ -18,14 +18,11 @@ import signal
 import socket
 import sys
 import time
-from concurrent import futures
 
 from estimator_mnist.errors import UsageError
 from estimator_mnist.plan.hosts import LOOPBACK_HOSTS
 from estimator_mnist.startup_noise import before_import
 
-GRPC_THREADS = 32  # gRPC's handler threads, as waitress' (http_server.THREADS): each waits on the batcher
-GRPC_MAX_RPCS = 128  # RPCs accepted at once (running or queued for a thread); more get RESOURCE_EXHAUSTED
 STOPPED_BY_SECOND_SIGNAL = 143  # 128 + SIGTERM: the drain was cut short
 ERR_NO_MODEL = ("{path}: no such directory; give an export directory, a model_dir or a run directory, as for "
                 "predict (a model_dir without an export yet is served from its first export on)")
@@ -65,22 +62,10 @@ def listen(host: str, port: int, flag: str = "--port") -> socket.socket:
     return sock
 
 
-def listen_grpc(host: str, port: int, max_message_bytes: int):
-    """A gRPC server bound to the port, not yet started (its services come once the model is loaded)."""
-    import grpc  # pylint: disable=import-outside-toplevel  # only for serve
-
-    listen(host, port, "--grpc-port").close()  # a busy port or an unknown host named as for REST
-    server = grpc.server(futures.ThreadPoolExecutor(GRPC_THREADS, thread_name_prefix="serve-grpc"),
-                         maximum_concurrent_rpcs=GRPC_MAX_RPCS,
-                         options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", max_message_bytes),
-                                  ("grpc.max_send_message_length", max_message_bytes)])
-    try:
-        bound = server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
-    except RuntimeError:
-        bound = 0
-    if not bound:
-        raise UsageError(ERR_PORT.format(port=port, host=host, reason="gRPC cannot bind it", flag="--grpc-port"))
-    return server
+def check_grpc_port(host: str, port: int) -> None:
+    """A busy gRPC port or an unknown host, named as for REST before TensorFlow loads (grpc_server.py binds it
+    once the model is loaded)."""
+    listen(host, port, "--grpc-port").close()
 
 
 def exposure_warning(host: str, port: int) -> str:
@@ -108,10 +93,9 @@ def _load_first(versions, path: str) -> None:
 def run(args) -> int:
     check_model_path(args.model)
     sock = listen(args.host, args.port)
-    grpc_server = None
     try:
         if args.grpc_port:
-            grpc_server = listen_grpc(args.host, args.grpc_port, args.grpc_max_message_bytes)
+            check_grpc_port(args.host, args.grpc_port)
         warning = exposure_warning(args.host, args.port)
         if warning:
             print(warning, file=sys.stderr, flush=True)
@@ -125,17 +109,15 @@ def run(args) -> int:
         versions = Versions(args.model, LoadedModel, log=_log, poll_secs=args.poll_secs,
                             unload_wait_secs=args.request_timeout_ms / 1000.0, retire=batcher.retire)
         _load_first(versions, args.model)
-        return _serve(args, sock, grpc_server, versions, batcher)
+        return _serve(args, sock, versions, batcher)
     finally:
         sock.close()
-        if grpc_server is not None:
-            grpc_server.stop(None)
 
 
-def _serve(args, sock: socket.socket, grpc_server, versions, batcher) -> int:
+def _serve(args, sock: socket.socket, versions, batcher) -> int:
     # pylint: disable=import-outside-toplevel  # Flask, waitress and the gRPC services once the input is known good
     from estimator_mnist.tf_model.serve.app import create_app, INFO_PATH, READY_PATH
-    from estimator_mnist.tf_model.serve.grpc_api import add_services
+    from estimator_mnist.tf_model.serve.grpc_server import GrpcServer
     from estimator_mnist.tf_model.serve.http_server import HttpServer
     from estimator_mnist.tf_model.serve.lifecycle import Lifecycle
     from estimator_mnist.tf_model.serve.serving_api import ServingApi
@@ -145,9 +127,7 @@ def _serve(args, sock: socket.socket, grpc_server, versions, batcher) -> int:
     api = ServingApi(args.name, versions, batcher, deadline_secs=args.request_timeout_ms / 1000.0,
                      lifecycle=lifecycle)
     http = HttpServer(create_app(api, args.max_body_bytes, args.enable_cors), sock, lifecycle, args.max_body_bytes)
-    if grpc_server is not None:
-        add_services(grpc_server, api)
-        grpc_server.start()
+    grpc_server = GrpcServer(api, args.host, args.grpc_port, args.grpc_max_message_bytes) if args.grpc_port else None
     versions.start()
     host = f"[{args.host}]" if ":" in args.host else args.host
     base = f"http://{host}:{args.port}"
@@ -164,7 +144,7 @@ def _serve(args, sock: socket.socket, grpc_server, versions, batcher) -> int:
             signal.signal(number, handler)
         http.close()
         if grpc_server is not None:
-            grpc_server.stop(None)
+            grpc_server.close()
         batcher.stop(timeout=1.0)
         versions.stop(wait_secs=1.0)
     if len(signals) > 1:
@@ -193,7 +173,7 @@ def _run_until_drained(http, grpc_server, lifecycle, signals: list) -> None:
     stopped = grpc_server.stop(lifecycle.drain_secs) if grpc_server is not None else None
     end = time.monotonic() + lifecycle.drain_secs
     while len(signals) < 2 and time.monotonic() < end:
-        if lifecycle.in_flight == 0 and http.idle() and (stopped is None or stopped.is_set()):
+        if lifecycle.in_flight == 0 and http.idle() and (stopped is None or stopped.done()):
             _log("drained: every request accepted was answered")
             return
         http.poll(0.05)

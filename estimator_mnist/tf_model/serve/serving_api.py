@@ -4,8 +4,9 @@ request's deadline, the drain, the metrics, and Serving's errors for each. No Te
 
 from __future__ import annotations
 
+import asyncio
 import time
-from concurrent.futures import CancelledError, TimeoutError as FutureTimeout
+from concurrent.futures import CancelledError, Future, TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from typing import Dict, List, Optional, Tuple
 
@@ -78,23 +79,45 @@ class ServingApi:
             raise ServingError("NOT_FOUND", ERR_NOT_FOUND.format(request=spec))
         return served
 
-    def run(self, served: Version, signature_name: str, inputs: Dict[str, np.ndarray],
-            deadline: float) -> Dict[str, np.ndarray]:
-        """The signature's outputs from the batcher, by the deadline; DEADLINE_EXCEEDED after it, and the
-        request's slot in the batch is given up (a call that hangs holds only its version's lane)."""
+    def submit(self, served: Version, signature_name: str, inputs: Dict[str, np.ndarray]) -> Future:
+        """The signature's call, queued in the batcher once the inputs are within the bounds."""
         for input_name, array in inputs.items():
             if array.ndim and len(array) > MAX_INSTANCES:
                 raise invalid(ERR_TASK_SIZE.format(size=len(array), limit=MAX_INSTANCES))
             if array.size > MAX_ELEMENTS:
                 raise invalid(ERR_ELEMENTS.format(name=input_name, count=array.size, limit=MAX_ELEMENTS))
-        future = self.batcher.submit(served, signature_name, inputs)
+        return self.batcher.submit(served, signature_name, inputs)
+
+    def run(self, served: Version, signature_name: str, inputs: Dict[str, np.ndarray],
+            deadline: float) -> Dict[str, np.ndarray]:
+        """The signature's outputs from the batcher, by the deadline; DEADLINE_EXCEEDED after it, and the
+        request's slot in the batch is given up (a call that hangs holds only its version's lane)."""
+        future = self.submit(served, signature_name, inputs)
         try:
             return future.result(timeout=max(deadline - time.monotonic(), 0.0))
         except FutureTimeout:
-            future.cancel()
-            raise ServingError("DEADLINE_EXCEEDED", ERR_DEADLINE.format(secs=self.deadline_secs)) from None
+            raise self._gave_up(future) from None
         except CancelledError:  # the batcher stopped: the process is stopping
             raise ServingError("UNAVAILABLE", ERR_STOPPING) from None
+
+    async def run_async(self, served: Version, signature_name: str, inputs: Dict[str, np.ndarray],
+                        deadline: float) -> Dict[str, np.ndarray]:
+        """As run(), awaited on an event loop (gRPC's), which no thread waits for."""
+        future = self.submit(served, signature_name, inputs)
+        try:
+            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)),
+                                          max(deadline - time.monotonic(), 0.0))
+        except asyncio.TimeoutError:
+            raise self._gave_up(future) from None
+        except asyncio.CancelledError:
+            if future.cancelled():
+                raise ServingError("UNAVAILABLE", ERR_STOPPING) from None
+            future.cancel()
+            raise
+
+    def _gave_up(self, future: Future) -> ServingError:
+        future.cancel()
+        return ServingError("DEADLINE_EXCEEDED", ERR_DEADLINE.format(secs=self.deadline_secs))
 
     def check_classify_or_regress(self, served: Version, signature_name: str, method: str) -> None:
         """PreProcessClassification / PreProcessRegression on this export's predict signatures: Serving
