@@ -148,7 +148,8 @@ def drain_under_load(proc, url: str, port: int, body: bytes, predict, clients: i
                 stubs[index // 2][0].Predict(predict, timeout=60)
                 status = "200"
             except grpc.RpcError as exc:
-                status = "refused" if exc.code() == grpc.StatusCode.UNAVAILABLE else str(exc.code())
+                refused = exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)  # CANCELLED: a
+                status = "refused" if refused else str(exc.code())  # call that reached gRPC after its shutdown began
                 time.sleep(0.05)
             with lock:
                 log.append((sent, status))

@@ -110,7 +110,10 @@ class Clients:
                 self.grpc.predictions.Predict(self.request, timeout=30)
                 self.record(sent, "200")
             except grpc.RpcError as exc:
-                self.record(sent, "refused" if exc.code() == grpc.StatusCode.UNAVAILABLE else f"wrong {exc}")
+                # UNAVAILABLE: refused by serve or by a closed port; CANCELLED: gRPC's own answer to a call that
+                # reached the transport after its shutdown began (never to one a handler had accepted)
+                refused = exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+                self.record(sent, "refused" if refused else f"wrong {exc}")
                 time.sleep(0.05)
 
 
@@ -141,4 +144,5 @@ def test_sigterm_under_16_clients_drains_and_exits_0_in_time(served):
     assert len(before) > 20 and set(before) == {"200"}  # nothing accepted before the drain failed
     assert during_delay and set(during_delay) == {"200"}  # answered while load balancers notice
     assert after and set(after) <= {"503", "refused"}  # refused, not lost
-    assert not [outcome for _, outcome in clients.log if outcome.startswith("wrong")]
+    wrong = [(round(sent - signalled, 2), outcome) for sent, outcome in clients.log if outcome.startswith("wrong")]
+    assert not wrong, f"exited after {exited:.2f} s: {wrong[:3]}"
