@@ -34,12 +34,11 @@ import numpy as np
 import psutil
 import requests
 
-from estimator_mnist.plan.cpu import cpu_kind, cpu_model
-from estimator_mnist.plan.hosts import free_loopback_ports
-
 from common import REPO, benchmark_parser
+from cpu_facts import cpu_kind, cpu_model
 from results import figures_of, record_run
 from serve_load import drain_under_load, grpc_load, grpc_requests, interleaved, rest_load
+from tests.ports import free_loopback_ports  # noqa: E402  (common put the repository on the path)
 
 GOAL_THROUGHPUT = 0.7  # 16 clients' images/s over the reference loop's
 GOAL_P99_MS = 50.0  # at 1 client
