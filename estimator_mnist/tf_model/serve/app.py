@@ -20,12 +20,11 @@ from typing import Optional
 
 from flask import Flask, g, request, Response
 
-from estimator_mnist.serve_flags import MAX_BODY_BYTES
 from estimator_mnist.tf_model.serve import metrics as metrics_module, request_json, response_json
 from estimator_mnist.tf_model.serve.serving_api import ServingApi
 from estimator_mnist.tf_model.serve.serving_errors import error_body, invalid, ServingError
 
-__all__ = ["create_app", "ServingApi", "INFO_PATH", "READY_PATH", "MAX_BODY_BYTES"]
+__all__ = ["create_app", "ServingApi", "INFO_PATH", "READY_PATH"]
 
 PREDICTION_PATH = re.compile(
     r"(?i)/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)")
@@ -137,7 +136,8 @@ class RestApi:
             return _json(error_body(f"{type(exc).__name__}: {exc}"), 500)
 
 
-def create_app(api: ServingApi, max_body_bytes: int = MAX_BODY_BYTES, cors: bool = False) -> Flask:
+def create_app(api: ServingApi, max_body_bytes: int, cors: bool = False) -> Flask:
+    """`max_body_bytes`: serve's --max-body-bytes (its default is serve_flags.MAX_BODY_BYTES)."""
     app = Flask(__name__, static_folder=str(resources.files(__package__) / "static"), static_url_path="/static")
     rest = RestApi(api, max_body_bytes)
 
