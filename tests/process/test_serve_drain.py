@@ -15,7 +15,7 @@ import requests
 from estimator_mnist.tf_model.serve.lifecycle import ERR_STOPPING
 from tests.serve_helpers import Server, write_exports_and_digits
 
-DEADLINE_SECS, DELAY_SECS, DRAIN_SECS = 12, 1.5, 10  # a deadline the newer export loads well within, under load
+DEADLINE_SECS, DELAY_SECS, DRAIN_SECS = 20, 1.5, 10  # a deadline the newer export loads well within, under load
 EXIT_BOUND_SECS = DELAY_SECS + DRAIN_SECS + 5  # the bound docs/serving.md states
 
 
@@ -67,7 +67,7 @@ def test_a_hung_call_ends_at_its_deadline_while_a_newer_export_answers(served):
     assert rest.status_code == 504 and rest.json()["error"].startswith("Deadline exceeded: the request was not answe")
     (code, details), grpc_secs = answers["grpc"]
     assert code.name == "DEADLINE_EXCEEDED" and details.startswith("Deadline exceeded")
-    assert DEADLINE_SECS - 0.5 < rest_secs < DEADLINE_SECS + 5 and DEADLINE_SECS - 0.5 < grpc_secs < DEADLINE_SECS + 5
+    assert DEADLINE_SECS - 0.5 < rest_secs < DEADLINE_SECS + 10 and DEADLINE_SECS - 0.5 < grpc_secs < DEADLINE_SECS + 10
     server.wait_for_version(int(served["hanging"].name), state="END", timeout=10)  # unloading waited a bounded time
     client.close()
 
