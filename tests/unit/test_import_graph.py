@@ -23,7 +23,8 @@ LAYERS = (
     ("inside a TensorFlow task", ("estimator_mnist.tf_task",)),
     ("processes", (SUPERVISE,)),
     ("what the commands build", ("estimator_mnist.sweep", "estimator_mnist.slurm", "estimator_mnist.kubeflow")),
-    ("entry points", ("estimator_mnist.commands", "estimator_mnist.cli", "estimator_mnist.__main__")),
+    ("entry points", ("estimator_mnist.commands", "estimator_mnist.cli", "estimator_mnist.__main__",
+                      "estimator_mnist.flag_types", "estimator_mnist.serve_flags")),
 )
 # Calls that start a long-lived child, signal or inspect another process: (module or None for any object, name).
 PROCESS_CALLS = {("subprocess", "Popen"), ("os", "kill"), ("os", "killpg"), ("os", "setpgid"), ("os", "setsid"),
