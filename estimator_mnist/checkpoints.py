@@ -14,6 +14,7 @@ from typing import List, Optional
 
 EVAL_RESULTS_FILE = "eval_results.jsonl"
 _LATEST = re.compile(r'^model_checkpoint_path:\s*"(?P<path>[^"]*)"', re.MULTILINE)
+_LISTED = re.compile(r'^(?:all_)?model_checkpoint_paths?:\s*"(?P<path>[^"]*)"', re.MULTILINE)
 _STEP = re.compile(r"-(\d+)$")
 
 
@@ -30,6 +31,18 @@ def latest_checkpoint(model_dir: str) -> Optional[str]:
     if not os.path.isabs(path):
         path = os.path.join(model_dir, path)
     return path if os.path.exists(path + ".index") else None
+
+
+def listed_steps(model_dir: str) -> Optional[List[int]]:
+    """The steps the `checkpoint` state file lists (newest and kept ones), or None when there is no state file
+    to tell (missing, unreadable, naming no checkpoint)."""
+    try:
+        with open(os.path.join(model_dir, "checkpoint"), encoding="utf-8") as handle:
+            paths = _LISTED.findall(handle.read())
+    except (OSError, UnicodeDecodeError):
+        return None
+    steps = sorted({step for step in map(step_of, paths) if step is not None})
+    return steps or None
 
 
 def step_of(checkpoint_path: Optional[str]) -> Optional[int]:
