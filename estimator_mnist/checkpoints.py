@@ -93,6 +93,19 @@ def final_evaluation(model_dir: str, max_steps: int) -> Optional[dict]:
     return final_of(read_eval_results(model_dir), max_steps)
 
 
+def work_saved(model_dir: str, max_steps: int, evaluates: bool) -> Optional[str]:
+    """What of a task's work is on disk once it is all there (else None): after that, a stop loses nothing.
+
+    `evaluates`: the evaluator, and a process that evaluates itself, are done once the final evaluation (and
+    its export) is recorded; the other tasks once the final checkpoint is saved. The task's TensorFlow process
+    (tf_task/preemption.py) and its parent (task_process.py) decide 0 or 200 after a signal by it."""
+    if evaluates:
+        final = final_evaluation(model_dir, max_steps)
+        return f"the final checkpoint (step {final['global_step']}) is evaluated" if final else None
+    step = latest_step(model_dir)
+    return f"the final checkpoint (step {step}) is saved" if step is not None and step >= max_steps else None
+
+
 def wait_for_final_evaluation(model_dir: str, max_steps: int, timeout_secs: float,
                               poll_secs: float = 0.5) -> Optional[dict]:
     """The final evaluation once it is recorded, or None after `timeout_secs`."""

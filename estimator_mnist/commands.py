@@ -95,7 +95,7 @@ def cmd_train(args) -> int:
 def _start_allowed(resolved) -> bool:
     """Under a cluster manager (no --task), counts the start against the job's restart budget; False past it."""
     from estimator_mnist import checkpoints
-    from estimator_mnist.restart_budget import check_start, job_of
+    from estimator_mnist.restart_budget import budget_line, check_start, job_of
 
     source, config = resolved.source, resolved.config
     if source.by_hand:
@@ -110,9 +110,8 @@ def _start_allowed(resolved) -> bool:
         print(f"estimator-mnist: error: {exc}", file=sys.stderr, flush=True)
         return False
     if incident is not None:
-        print(f"estimator-mnist: restart {incident['number']}/{config.restart.max_restarts} of job {job.key} "
-              f"({incident['what']}); the record: {config.model_dir}/restart_budget.json",
-              file=sys.stderr, flush=True)
+        print(f"estimator-mnist: {budget_line(incident, job.key, config.restart.max_restarts)}; the record: "
+              f"{config.model_dir}/restart_budget.json", file=sys.stderr, flush=True)
     return True
 
 

@@ -31,24 +31,13 @@ import tensorflow as tf
 
 from estimator_mnist import checkpoints
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, SUCCESS_EXIT_CODE
+from estimator_mnist.preemption_mark import write_mark
 from estimator_mnist.tf_task.hooks import log
 from estimator_mnist.tf_task.teardown import exit_now
 
 FLAGS, COUNTERS, READS = "estimator_mnist_preemption_flags", "estimator_mnist_preemption_counters", \
     "estimator_mnist_preemption_reads"
 REPEAT_SECS = 2.0  # a SIGTERM this soon after the first is the same request (sent to the group and forwarded)
-
-
-def work_saved(model_dir: str, max_steps: int, evaluates: bool) -> Optional[str]:
-    """What of this task's work is on disk once it is all there (else None): after that, a stop loses nothing.
-
-    `evaluates`: the evaluator, and a process that evaluates itself, are done once the final evaluation (and
-    its export) is recorded; the other tasks once the final checkpoint is saved."""
-    if evaluates:
-        final = checkpoints.final_evaluation(model_dir, max_steps)
-        return f"the final checkpoint (step {final['global_step']}) is evaluated" if final else None
-    step = checkpoints.latest_step(model_dir)
-    return f"the final checkpoint (step {step}) is saved" if step is not None and step >= max_steps else None
 
 
 class Preemption:
@@ -175,7 +164,11 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
         """Closing the session may block on peers that already left (TF 2.15, as at the end of training):
         once the chief's checkpoint of the stop step is on disk, exit after the teardown timeout."""
         step = self._preemption.stopped_at_step
-        while self._is_chief and (checkpoints.latest_step(self._model_dir) or -1) < step:
+        while self._is_chief and (checkpoints.latest_step(self._model_dir) is None or
+                                  checkpoints.latest_step(self._model_dir) < step):
             time.sleep(0.2)
+        if self._is_chief and checkpoints.latest_step(self._model_dir) == step:
+            # The writer's mark: asked to stop, the stop step saved; the restart budget counts no incident for it.
+            write_mark(self._model_dir, step, self._preemption.task)
         time.sleep(self._teardown_secs)
         self._preemption.exit_after_stop(checkpoints.latest_checkpoint(self._model_dir))

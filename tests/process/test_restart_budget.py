@@ -34,7 +34,7 @@ def test_a_fault_that_repeats_under_the_operator_ends_with_exit_1_after_the_budg
         codes.append(last.returncode)
     assert codes == [200, 200, 200, 1], last.stderr[-3000:]
     refusal = [line for line in last.stderr.splitlines() if "restart budget used up" in line]
-    assert len(refusal) == 1 and "job tfjob-default-mnist has been restarted 3 times (restart.max_restarts=2)" \
+    assert len(refusal) == 1 and "job tfjob-default-mnist failed 3 times in a row without a newer checkpoint (restart.max_restarts=2)" \
         in refusal[0], last.stderr
     record = json.loads((tmp_path / "model" / RECORD_FILE).read_text())
     assert record["starts"] == 4 and len(record["incidents"]) == 3

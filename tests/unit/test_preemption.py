@@ -61,7 +61,7 @@ def test_a_stop_whose_step_was_the_last_one_ends_with_0():
 
 
 def test_what_is_saved_is_the_final_checkpoint_or_for_the_evaluator_its_final_evaluation(tmp_path):
-    from estimator_mnist.tf_task.preemption import work_saved
+    from estimator_mnist.checkpoints import work_saved
 
     model_dir = str(tmp_path)
     assert work_saved(model_dir, 10, evaluates=False) is None
