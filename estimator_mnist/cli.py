@@ -13,7 +13,8 @@ import sys
 
 from estimator_mnist import commands
 from estimator_mnist.sweep.stopping import RULES as STOP_RULES
-from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, USAGE_EXIT_CODE, UsageError
+from estimator_mnist.errors import (FAILURE_EXIT_CODE, INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE, USAGE_EXIT_CODE,
+                                    PermanentFailure, RetryableFailure, UsageError)
 
 SUPPORTED_PYTHON = ((3, 9), (3, 11))
 ERR_PYTHON = ("Python {version} is not supported: this needs Python 3.9, 3.10 or 3.11 (TensorFlow 2.15, the last "
@@ -253,6 +254,12 @@ def main(argv=None) -> int:
     except UsageError as exc:
         print(f"estimator-mnist: error: {exc}", file=sys.stderr)
         return USAGE_EXIT_CODE
+    except RetryableFailure as exc:  # found before any process started (a port taken under Slurm): one line
+        print(f"estimator-mnist: error: {exc}", file=sys.stderr)
+        return RETRYABLE_EXIT_CODE
+    except PermanentFailure as exc:
+        print(f"estimator-mnist: error: {exc}", file=sys.stderr)
+        return FAILURE_EXIT_CODE
     except KeyboardInterrupt:
         return INTERRUPTED_EXIT_CODE
     except BrokenPipeError:
