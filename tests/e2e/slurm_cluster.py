@@ -167,6 +167,13 @@ class SlurmCluster:
         self.hosts.processes.append(proc)
         return proc
 
+    def next_job_id_at_least(self, job_id: int) -> None:
+        """The next job submitted gets `job_id` or more: sbatch has no --jobid in Slurm 22.05, but slurmctld takes
+        its next id as at least FirstJobId, which `scontrol reconfigure` re-reads (job_mgr.c, get_next_job_id)."""
+        lines = [line for line in self.conf.read_text().splitlines() if not line.startswith("FirstJobId=")]
+        self.conf.write_text("\n".join(lines + [f"FirstJobId={job_id}"]) + "\n")
+        self.run(["scontrol", "reconfigure"])
+
     def job(self, job_id: str) -> Dict[str, str]:
         """`scontrol show job` as a dict (JobState, ExitCode, Restarts, ...)."""
         text = self.run(["scontrol", "-o", "show", "job", job_id]).stdout

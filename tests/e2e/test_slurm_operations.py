@@ -1,12 +1,12 @@
 """Operations under the real two-node Slurm (tests/e2e/slurm_cluster.py, whose slurm.conf reserves ports with
 MpiParams=ports): two jobs whose ids are equal modulo 512 run at once on one node and both finish (their ports
-were the same before the ports came from Slurm's reservation); and a one-task job preempted five times with
+were the same before the ports came from Slurm's reservation; sbatch has no --jobid in 22.05, so the test
+raises the cluster's FirstJobId for the second); and a one-task job preempted five times with
 `scancel --signal=TERM`, each after some progress, trains on, while a fault that repeats without progress
 (the step's task killed as soon as it starts) ends the job with 1 after restart.max_restarts: 2 reruns in a
 row. Together about two minutes on 2 busy cores, sharing the session's cluster."""
 
 import json
-import random
 import re
 import subprocess
 import sys
@@ -50,12 +50,15 @@ def ports_of(output):
 
 
 def test_two_jobs_whose_ids_are_equal_modulo_512_share_a_node(slurm, tmp_path, mnist_data_dir):
-    first = random.randrange(5000, 60000)
-    jobs = {str(first): tmp_path / "a", str(first + 512): tmp_path / "b"}
-    for job_id, where in jobs.items():
+    jobs = {}
+    for where in (tmp_path / "a", tmp_path / "b"):
         script = write_job(where, mnist_data_dir, worker=True, steps=30, save=10, delay=100,
                            options=("--nodelist=n1",))
-        slurm.run(["sbatch", "--parsable", f"--jobid={job_id}", str(script)], cwd=where)
+        if jobs:  # the second job's id: the first one's + 512
+            slurm.next_job_id_at_least(int(next(iter(jobs))) + 512)
+        jobs[slurm.run(["sbatch", "--parsable", str(script)], cwd=where).stdout.strip().split(";")[0]] = where
+    first, second = map(int, jobs)
+    assert second == first + 512, jobs
     for job_id, where in jobs.items():
         wait_for(lambda: finished(slurm, job_id), WAIT_SECS, f"job {job_id}'s end", lambda: job_output(slurm, where))
     outputs = {job_id: job_output(slurm, where, whole=True) for job_id, where in jobs.items()}
@@ -67,7 +70,7 @@ def test_two_jobs_whose_ids_are_equal_modulo_512_share_a_node(slurm, tmp_path, m
     assert all(state["NodeList"] == "n1" for state in states.values()), states
     a, b = states.values()
     assert a["StartTime"] <= b["EndTime"] and b["StartTime"] <= a["EndTime"], (a, b)
-    assert not set(ports_of(outputs[str(first)])) & set(ports_of(outputs[str(first + 512)])), outputs
+    assert not set(ports_of(outputs[str(first)])) & set(ports_of(outputs[str(second)])), outputs
     assert not slurm.processes_left(str(tmp_path))
 
 
