@@ -186,10 +186,18 @@ class SlurmCluster:
         while True:
             result = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True, text=True, check=True)
             left = [line for line in result.stdout.splitlines()[1:] if line.split()[1][0] != "Z"
-                    and ("slurmstepd" in line or marker in line)]
+                    and (("slurmstepd" in line and self._ours(line.split()[0])) or marker in line)]
             if not left or time.monotonic() > deadline:
                 return left
             time.sleep(0.5)
+
+    def _ours(self, pid: str) -> bool:
+        """Whether a slurmstepd is this cluster's (its slurmd's environment names our slurm.conf), not that of
+        another test's cluster on the machine."""
+        try:
+            return f"SLURM_CONF={self.conf}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            return False  # gone meanwhile
 
     def close(self) -> None:
         for proc in reversed(self.daemons):  # slurmd, slurmctld, then munged
