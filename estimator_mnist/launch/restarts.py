@@ -35,13 +35,15 @@ class Restarts:
         self.launch_time = launch_time
         self.group, self.monitor, self.console = group, monitor, console
         self.budget = RestartBudget(Job(f"launch-{launch_time:.0f}", "launch"), config.restart.max_restarts)
+        self._restarts: List[dict] = []  # every restart, preemptions ("counted": False) included
         restored = checkpoints.latest_step(config.model_dir)
         take_mark(config.model_dir, restored)  # an earlier job's preemption: this launch counts afresh
         self.budget.note_start(restored)
 
     @property
     def records(self) -> List[dict]:
-        return self.budget.incidents
+        """Every restart of the run, in order; those a preemption caused are not counted against the budget."""
+        return self._restarts
 
     def _check_allowed(self, failure: TaskFailure, restored: Optional[int]) -> None:
         if not self.budget.allows_another(restored):
@@ -61,15 +63,9 @@ class Restarts:
         supervisor.stop(stopping, f"restarting after: {failure.task or 'the run'} {failure.reason}")
         restored = checkpoints.latest_step(self.config.model_dir)
         mark = None if evaluator_only else take_mark(self.config.model_dir, restored)
-        if mark is not None:
-            preemption = self.budget.record_preemption(mark, restored)
-            self.console.timed(f"{failure.task or 'a trainer'} preempted at step {mark['step']}, checkpoint "
-                               f"{restored} written: preemption {preemption['number']}, not counted against "
-                               f"restart.max_restarts; starting {', '.join(str(p.task) for p in stopping)} again",
-                               always=True)
-        else:
+        if mark is None:
             self._check_allowed(failure, restored)
-            self._record(failure, stopping, step_at_failure, restored, evaluator_only)
+        self._record(failure, stopping, step_at_failure, restored, evaluator_only, mark)
         if group.network is None:
             self._wait_for_ports([p.task for p in stopping])
         time.sleep(self.config.restart.backoff_secs)
@@ -79,16 +75,26 @@ class Restarts:
         supervisor.start([p.task for p in stopping])
         monitor.note_change(time.time())
 
-    def _record(self, failure: TaskFailure, stopping, step_at_failure, restored, evaluator_only: bool) -> None:
+    def _record(self, failure: TaskFailure, stopping, step_at_failure, restored, evaluator_only: bool,
+                mark: Optional[dict]) -> None:
         redo = (step_at_failure - (restored or 0)) if step_at_failure is not None and not evaluator_only else 0
-        record = self.budget.record_failure(
-            f"{failure.task or 'the run'} {failure.reason}", restored, seconds_since_launch=time.time() - self.launch_time,
-            failed_task=str(failure.task) if failure.task else None, reason=failure.reason, error=str(failure),
-            step_at_failure=step_at_failure, restored_checkpoint_step=restored, steps_redone=max(0, redo),
-            restarted_tasks=[str(p.task) for p in stopping])
+        tasks = [str(p.task) for p in stopping]
+        details = dict(seconds_since_launch=time.time() - self.launch_time,
+                       failed_task=str(failure.task) if failure.task else None, reason=failure.reason,
+                       error=str(failure), step_at_failure=step_at_failure, restored_checkpoint_step=restored,
+                       steps_redone=max(0, redo), restarted_tasks=tasks)
+        if mark is not None:
+            preemption = self.budget.record_preemption(mark, restored)
+            self._restarts.append({**preemption, **details, "counted": False})
+            self.console.timed(f"{failure.task or 'a trainer'} preempted at step {mark['step']}, checkpoint "
+                               f"{restored} written: preemption {preemption['number']}, not counted against "
+                               f"restart.max_restarts; starting {', '.join(tasks)} again", always=True)
+            return
+        record = self.budget.record_failure(f"{failure.task or 'the run'} {failure.reason}", restored, **details)
+        self._restarts.append({**record, "counted": True})
         self.console.timed(
             f"restart {record['in_a_row']}/{self.config.restart.max_restarts}: {record['failed_task'] or 'the run'} "
-            f"{failure.reason} at step {step_at_failure}; starting {', '.join(record['restarted_tasks'])} again "
+            f"{failure.reason} at step {step_at_failure}; starting {', '.join(tasks)} again "
             f"from checkpoint {restored} ({record['steps_redone']} steps to redo)", always=True)
 
     def _wait_for_ports(self, tasks: List[TaskId]) -> None:

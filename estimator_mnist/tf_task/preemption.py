@@ -40,6 +40,14 @@ FLAGS, COUNTERS, READS = "estimator_mnist_preemption_flags", "estimator_mnist_pr
 REPEAT_SECS = 2.0  # a SIGTERM this soon after the first is the same request (sent to the group and forwarded)
 
 
+def mark_if_saved(preemption: "Preemption", model_dir: str) -> None:
+    """The writer's mark (preemption_mark.py): asked to stop, its stop step saved, so the restart budget counts
+    no incident for it. Written by whichever path ends the chief first: the hook's thread or run_trainer."""
+    step = preemption.stopped_at_step
+    if step is not None and checkpoints.latest_step(model_dir) == step:
+        write_mark(model_dir, step, preemption.task)
+
+
 class Preemption:
     """This process's preemption state, set by the SIGTERM handler.
 
@@ -167,8 +175,7 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
         while self._is_chief and (checkpoints.latest_step(self._model_dir) is None or
                                   checkpoints.latest_step(self._model_dir) < step):
             time.sleep(0.2)
-        if self._is_chief and checkpoints.latest_step(self._model_dir) == step:
-            # The writer's mark: asked to stop, the stop step saved; the restart budget counts no incident for it.
-            write_mark(self._model_dir, step, self._preemption.task)
+        if self._is_chief:
+            mark_if_saved(self._preemption, self._model_dir)
         time.sleep(self._teardown_secs)
         self._preemption.exit_after_stop(checkpoints.latest_checkpoint(self._model_dir))
