@@ -96,7 +96,9 @@ def test_preemptions_never_count_and_a_fault_without_progress_ends_the_job(slurm
         assert stops[-1] > since, stops
     for start in range(6, 9):  # the fault: the step's task killed as soon as it starts, three times
         wait_for(lambda: step_starts(tmp_path, job_id) >= start, WAIT_SECS, f"the step's start {start}", details)
-        slurm.run(["scancel", "--signal=KILL", job_id])
+        # SIGUSR2 ends a task as a crash would (no handler: a death by a signal, 200). Not KILL: scancel takes
+        # --signal=KILL for a cancel of the whole job.
+        slurm.run(["scancel", "--signal=USR2", job_id])
         time.sleep(1)
     wait_for(lambda: finished(slurm, job_id), 60, "the job's end", details)
     output = job_output(slurm, tmp_path, whole=True)

@@ -1,5 +1,6 @@
 """The YAML file: every bad file refused with its one-line message, defaults, parsing, freezing."""
 
+import os
 import re
 from pathlib import Path
 
@@ -203,3 +204,14 @@ def test_a_url_given_as_a_flag_is_refused_too(write_yaml):
 def test_a_colon_inside_a_local_path_is_no_url(write_yaml, tmp_path):
     config = load_config(write_yaml(f"cluster: {{chief: ['localhost:2222']}}\nmodel_dir: {tmp_path}/a:b/model\n"))
     assert config.model_dir == f"{tmp_path}/a:b/model"
+
+
+@pytest.mark.parametrize("command", ["validate", "train"])
+def test_a_url_model_dir_is_one_line_and_exit_2_and_makes_no_local_folder(command, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    (tmp_path / "c.yaml").write_text("cluster: {chief: ['localhost:2222']}\nmodel_dir: gs://bucket/run\n")
+    assert cli.main([command, "--cluster", "c.yaml"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "model_dir 'gs://bucket/run' is a URL (gs://)" in lines[0], lines
+    assert sorted(os.listdir(tmp_path)) == ["c.yaml"]  # no gs: folder, no runs/
