@@ -174,6 +174,12 @@ class RestartBudget:
 
     def note_start(self, restored: Optional[int]) -> None:
         self.starts += 1
+        self.note_restored(restored)
+
+    def note_restored(self, restored: Optional[int]) -> None:
+        """The checkpoint step the next start restores: what the next failure is measured against. Slurm's
+        reruns note it themselves, so that a step whose writer dies before it counts (or never starts) is
+        measured against the same checkpoint again, not one noted before it."""
         self.restored = restored
         self._write()
 

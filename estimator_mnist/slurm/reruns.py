@@ -50,9 +50,11 @@ def rerun(config, environ) -> tuple:
     mark = take_mark(config.model_dir, latest)
     if mark is not None:
         event = budget.record_preemption(mark, latest)
+        budget.note_restored(latest)
         return 0, (f"the step exited 200 (retryable): {budget_line(event, job.key, budget.max_restarts)}; running "
                    "it again from that checkpoint")
     incident = budget.record_failure(INCIDENT, latest, requeues=int(environ.get("SLURM_RESTART_COUNT") or 0))
+    budget.note_restored(latest)  # what the rerun restores, whether or not its writer gets as far as counting
     if budget.exhausted:
         logs = os.path.join(config.run_dir, "logs", f"slurm-{environ['SLURM_JOB_ID']}")
         return 1, "error: " + ERR_SPENT.format(job=job.key, count=budget.streak, limit=budget.max_restarts,

@@ -60,6 +60,18 @@ def test_a_preempted_step_is_no_incident_and_progress_begins_the_count_again(tmp
     assert len(record["preemptions"]) == 5 and [i["in_a_row"] for i in record["incidents"]] == [1, 1, 2, 3]
 
 
+def test_steps_whose_writer_dies_before_counting_still_end_the_job(tmp_path):
+    """The rerun notes what the next step restores: a task killed before its own start is counted (found by the
+    real Slurm test: each such failure looked like progress since the last start that got that far)."""
+    environ = {"SLURM_JOB_ID": "82"}
+    checkpoint(tmp_path, 10)
+    check_start(TaskId("chief", 0), config(tmp_path).cluster, job_of(environ, None), 2, str(tmp_path / "model"), 10)
+    checkpoint(tmp_path, 20)
+    write_mark(str(tmp_path / "model"), 20, "chief:0")
+    assert rerun(config(tmp_path), environ)[0] == 0  # preempted at 20, after progress
+    assert [rerun(config(tmp_path), environ)[0] for _ in range(3)] == [0, 0, 1]  # no writer start between
+
+
 def test_a_stale_mark_does_not_hide_a_failure(tmp_path):
     """The mark of step 10, with training past it since: the 200 is a failure (and the mark is gone)."""
     checkpoint(tmp_path, 20)
