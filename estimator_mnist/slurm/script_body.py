@@ -64,7 +64,7 @@ while :; do
   srun --kill-on-bad-exit=1 --ntasks={ntasks} --distribution=block "${{RESV[@]}}" --output="$LOGS/rank-%t.log" \\
     "${{EM[@]}}" train "${{TRAIN_ARGS[@]}}" 2>"$LOGS/srun-$attempt.err" &
   step=$!
-  "${{PY[@]}}" -m estimator_mnist.slurm.progress "${{TRAIN_ARGS[@]}}" --pid "$step" &  # launch's lines
+  "${{PY[@]}}" -m estimator_mnist.supervise.slurm_step "${{TRAIN_ARGS[@]}}" --pid "$step" &  # launch's lines
   progress=$!
   status=0
   wait "$step" || status=$?
@@ -83,8 +83,8 @@ while :; do
   case "$code" in
     0) say "done: the step's tasks all exited 0"; exit 0 ;;
     200)  # a preemption (its stop step saved) never counts; a failure counts against restart.max_restarts as
-          # failures in a row without a newer checkpoint (restart_budget.py): past them, one line and exit 1
-      "${{PY[@]}}" -m estimator_mnist.slurm.reruns "${{TRAIN_ARGS[@]}}" || exit $?
+          # failures in a row without a newer checkpoint (supervise/restart_budget.py): past them, one line and exit 1
+      "${{PY[@]}}" -m estimator_mnist.supervise.slurm_reruns "${{TRAIN_ARGS[@]}}" || exit $?
       reruns=$((reruns + 1)) ;;
     *) say "error: a task exited $code; the job ends with it; see $LOGS"; exit "$code" ;;
   esac

@@ -15,7 +15,7 @@ import pytest
 
 from estimator_mnist.checkpoints import latest_step
 from estimator_mnist.progress import read_progress
-from estimator_mnist.restart_budget import RECORD_FILE
+from estimator_mnist.supervise.restart_budget import RECORD_FILE
 from tests.e2e.simulated_hosts import require_namespaces
 from tests.e2e.simulated_pods import SimulatedPods
 

@@ -16,7 +16,7 @@ import pytest
 
 from estimator_mnist.checkpoints import latest_step
 from estimator_mnist.progress import read_progress
-from estimator_mnist.restart_budget import RECORD_FILE
+from estimator_mnist.supervise.restart_budget import RECORD_FILE
 from tests.e2e.test_slurm import finished, job_output, wait_for
 from tests.helpers import REPO
 

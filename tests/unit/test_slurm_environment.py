@@ -9,7 +9,7 @@ import pytest
 from estimator_mnist import cli, commands
 from estimator_mnist.config import TaskId
 from estimator_mnist.errors import RetryableFailure, UsageError
-from estimator_mnist.slurm.environment import (ERR_PORT_TAKEN, PORT_BASE, PORT_STRIDE, from_slurm, in_slurm_step,
+from estimator_mnist.plan.slurm_source import (ERR_PORT_TAKEN, PORT_BASE, PORT_STRIDE, from_slurm, in_slurm_step,
                                                read_step, step_port)
 
 LOCAL = {"chief": ["localhost:2222"], "worker": ["localhost:2223"], "evaluator": "localhost"}
@@ -105,7 +105,7 @@ def test_a_port_taken_on_the_node_is_200_before_tensorflow_starts():
 
 def test_a_taken_port_ends_train_with_200_and_one_line(tmp_path, capsys):
     with mock.patch.dict(os.environ, step_env("localhost", "3", 0, "localhost", SLURM_STEP_RESV_PORTS="20000-20002")), \
-            mock.patch("estimator_mnist.plan.hosts.port_in_use", lambda port: True):
+            mock.patch("estimator_mnist.plan.slurm_source.port_in_use", lambda port: True):
         os.environ.pop("TF_CONFIG", None)
         code = cli.main(["train", "--cluster", "config/local.yaml", "--run-dir", str(tmp_path)])
     lines = capsys.readouterr().err.strip().splitlines()

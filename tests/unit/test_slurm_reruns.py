@@ -1,4 +1,4 @@
-"""The batch script's reruns (slurm/reruns.py): a step that exited 200 is a preemption (its mark in model_dir) or
+"""The batch script's reruns (supervise/slurm_reruns.py): a step that exited 200 is a preemption (its mark in model_dir) or
 an incident of the job's restart budget, recorded in model_dir under SLURM_JOB_ID; past restart.max_restarts
 failures in a row without a newer checkpoint, one line and exit 1."""
 
@@ -7,9 +7,9 @@ import re
 
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.preemption_mark import MARK_FILE, write_mark
-from estimator_mnist.restart_budget import RECORD_FILE, check_start, job_of
-from estimator_mnist.restart_record import LAST_GOOD
-from estimator_mnist.slurm.reruns import ERR_NO_JOB, ERR_SPENT, main, rerun
+from estimator_mnist.supervise.restart_budget import RECORD_FILE, check_start, job_of
+from estimator_mnist.supervise.restart_record import LAST_GOOD
+from estimator_mnist.supervise.slurm_reruns import ERR_NO_JOB, ERR_SPENT, main, rerun
 from tests.helpers import error_pattern
 
 
