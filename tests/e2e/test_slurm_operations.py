@@ -80,6 +80,12 @@ def step_starts(tmp_path, job_id):
     return log.read_text(errors="replace").count(f"Slurm job {job_id} step") if log.exists() else 0
 
 
+def crashes(tmp_path, job_id):
+    """How many steps srun reported ended by SIGUSR2."""
+    logs = (tmp_path / "run" / "logs" / f"slurm-{job_id}").glob("srun-*.err")
+    return sum("User defined signal 2" in path.read_text(errors="replace") for path in logs)
+
+
 def test_preemptions_never_count_and_a_fault_without_progress_ends_the_job(slurm, tmp_path, mnist_data_dir):
     script = write_job(tmp_path, mnist_data_dir, steps=100000, save=100000, delay=30)
     job_id = slurm.run(["sbatch", "--parsable", str(script)], cwd=tmp_path).stdout.strip().split(";")[0]
@@ -97,9 +103,10 @@ def test_preemptions_never_count_and_a_fault_without_progress_ends_the_job(slurm
     for start in range(6, 9):  # the fault: the step's task killed as soon as it starts, three times
         wait_for(lambda: step_starts(tmp_path, job_id) >= start, WAIT_SECS, f"the step's start {start}", details)
         # SIGUSR2 ends a task as a crash would (no handler: a death by a signal, 200). Not KILL: scancel takes
-        # --signal=KILL for a cancel of the whole job.
-        slurm.run(["scancel", "--signal=USR2", job_id])
-        time.sleep(1)
+        # --signal=KILL for a cancel of the whole job. A signal sent while Slurm still launches the step is lost:
+        # sent again until srun reports the death.
+        wait_for(lambda: slurm.run(["scancel", "--signal=USR2", job_id], check=False) and time.sleep(1) or
+                 crashes(tmp_path, job_id) >= start - 5, 60, f"the crash of start {start}", details)
     wait_for(lambda: finished(slurm, job_id), 60, "the job's end", details)
     output = job_output(slurm, tmp_path, whole=True)
     state = slurm.job(job_id)
