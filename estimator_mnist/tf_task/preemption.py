@@ -40,6 +40,18 @@ FLAGS, COUNTERS, READS = "estimator_mnist_preemption_flags", "estimator_mnist_pr
 REPEAT_SECS = 2.0  # a SIGTERM this soon after the first is the same request (sent to the group and forwarded)
 
 
+def wait_for_stop_checkpoint(preemption: "Preemption", model_dir: str, secs: float, sleep=time.sleep,
+                             clock=time.monotonic) -> None:
+    """Until the chief's checkpoint of the stop step is on disk, at most `secs`. Every trainer waits for it
+    before it exits: under srun --kill-on-bad-exit a task that exits 200 first has the others signalled again,
+    and a second SIGTERM ends the chief at once, its save of the stop step cut short (a real Slurm run on 2
+    busy cores); the stop then lost the step, and the restart budget counted it as a failure."""
+    deadline = clock() + secs
+    while clock() < deadline and (checkpoints.latest_step(model_dir) is None or
+                                  checkpoints.latest_step(model_dir) < preemption.stopped_at_step):
+        sleep(0.2)
+
+
 def mark_if_saved(preemption: "Preemption", model_dir: str) -> None:
     """The writer's mark (preemption_mark.py): asked to stop, its stop step saved, so the restart budget counts
     no incident for it. Written by whichever path ends the chief first: the hook's thread or run_trainer."""
@@ -171,10 +183,7 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
     def _exit_when_saved(self) -> None:
         """Closing the session may block on peers that already left (TF 2.15, as at the end of training):
         once the chief's checkpoint of the stop step is on disk, exit after the teardown timeout."""
-        step = self._preemption.stopped_at_step
-        while self._is_chief and (checkpoints.latest_step(self._model_dir) is None or
-                                  checkpoints.latest_step(self._model_dir) < step):
-            time.sleep(0.2)
+        wait_for_stop_checkpoint(self._preemption, self._model_dir, self._preemption.grace_secs)
         if self._is_chief:
             mark_if_saved(self._preemption, self._model_dir)
         time.sleep(self._teardown_secs)
