@@ -22,6 +22,7 @@ that, Ctrl-C is 130 as always (KeyboardInterrupt, cli.py).
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -31,7 +32,7 @@ import tensorflow as tf
 
 from estimator_mnist import checkpoints
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, SUCCESS_EXIT_CODE
-from estimator_mnist.preemption_mark import write_mark
+from estimator_mnist.preemption_mark import MARK_FILE, write_mark
 from estimator_mnist.tf_task.hooks import log
 from estimator_mnist.tf_task.teardown import exit_now
 
@@ -40,15 +41,22 @@ FLAGS, COUNTERS, READS = "estimator_mnist_preemption_flags", "estimator_mnist_pr
 REPEAT_SECS = 2.0  # a SIGTERM this soon after the first is the same request (sent to the group and forwarded)
 
 
+def _stop_saved(model_dir: str, step: int, marked: bool) -> bool:
+    latest = checkpoints.latest_step(model_dir)
+    if latest is None or latest < step:
+        return False
+    return not marked or latest > step or os.path.exists(os.path.join(model_dir, MARK_FILE))
+
+
 def wait_for_stop_checkpoint(preemption: "Preemption", model_dir: str, secs: float, sleep=time.sleep,
-                             clock=time.monotonic) -> None:
+                             clock=time.monotonic, marked: bool = False) -> None:
     """Until the chief's checkpoint of the stop step is on disk, at most `secs`. Every trainer waits for it
     before it exits: under srun --kill-on-bad-exit a task that exits 200 first has the others signalled again,
     and a second SIGTERM ends the chief at once, its save of the stop step cut short (a real Slurm run on 2
-    busy cores); the stop then lost the step, and the restart budget counted it as a failure."""
+    busy cores); the stop then lost the step, and the restart budget counted it as a failure. `marked`: the
+    trainers other than the chief wait for its mark too (mark_if_saved), written just after the checkpoint."""
     deadline = clock() + secs
-    while clock() < deadline and (checkpoints.latest_step(model_dir) is None or
-                                  checkpoints.latest_step(model_dir) < preemption.stopped_at_step):
+    while clock() < deadline and not _stop_saved(model_dir, preemption.stopped_at_step, marked):
         sleep(0.2)
 
 
@@ -183,7 +191,8 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
     def _exit_when_saved(self) -> None:
         """Closing the session may block on peers that already left (TF 2.15, as at the end of training):
         once the chief's checkpoint of the stop step is on disk, exit after the teardown timeout."""
-        wait_for_stop_checkpoint(self._preemption, self._model_dir, self._preemption.grace_secs)
+        wait_for_stop_checkpoint(self._preemption, self._model_dir, self._preemption.grace_secs,
+                                 marked=not self._is_chief)
         if self._is_chief:
             mark_if_saved(self._preemption, self._model_dir)
         time.sleep(self._teardown_secs)

@@ -100,7 +100,8 @@ def run_trainer(config: Config, plan: TaskPlan, estimator, train_spec, eval_spec
     finish_training(config, plan)
     if preemption is not None and preemption.stopped_at_step is not None:
         # The chief's checkpoint saver wrote the stop step as training ended; the others wait for it.
-        wait_for_stop_checkpoint(preemption, config.model_dir, config.training.preemption_grace_secs)
+        wait_for_stop_checkpoint(preemption, config.model_dir, config.training.preemption_grace_secs,
+                                 marked=not plan.is_chief)
         if plan.is_chief:
             mark_if_saved(preemption, config.model_dir)
         raise RetryableFailure(f"{preemption.describe_stop(checkpoints.latest_checkpoint(config.model_dir))}; "

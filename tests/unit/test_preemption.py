@@ -170,3 +170,11 @@ def test_every_trainer_waits_for_the_chief_s_checkpoint_of_the_stop_step_within_
     preemption.stopped_at_step = 30  # never saved (the chief lost): the wait ends at its bound
     wait_for_stop_checkpoint(preemption, str(tmp_path), 2, sleep=sleep, clock=lambda: now[0])
     assert 1.99 <= sum(slept) <= 2.21
+    slept.clear()
+    preemption.stopped_at_step = 20  # the others wait for the chief's mark too
+    wait_for_stop_checkpoint(preemption, str(tmp_path), 1, sleep=sleep, clock=lambda: now[0], marked=True)
+    assert 0.99 <= sum(slept) <= 1.21
+    (tmp_path / "preempted.json").write_text('{"step": 20}')
+    slept.clear()
+    wait_for_stop_checkpoint(preemption, str(tmp_path), 1, sleep=sleep, clock=lambda: now[0], marked=True)
+    assert slept == []
