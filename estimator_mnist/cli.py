@@ -15,7 +15,8 @@ from estimator_mnist import commands
 from estimator_mnist.flag_types import positive as _positive
 from estimator_mnist.serve_flags import add_serve_command
 from estimator_mnist.sweep.stopping import RULES as STOP_RULES
-from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, USAGE_EXIT_CODE, UsageError
+from estimator_mnist.errors import (FAILURE_EXIT_CODE, INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE, USAGE_EXIT_CODE,
+                                    PermanentFailure, RetryableFailure, UsageError)
 
 SUPPORTED_PYTHON = ((3, 9), (3, 11))
 ERR_PYTHON = ("Python {version} is not supported: this needs Python 3.9, 3.10 or 3.11 (TensorFlow 2.15, the last "
@@ -207,6 +208,12 @@ def main(argv=None) -> int:
     except UsageError as exc:
         print(f"estimator-mnist: error: {exc}", file=sys.stderr)
         return USAGE_EXIT_CODE
+    except RetryableFailure as exc:  # found before any process started (a port taken under Slurm): one line
+        print(f"estimator-mnist: error: {exc}", file=sys.stderr)
+        return RETRYABLE_EXIT_CODE
+    except PermanentFailure as exc:
+        print(f"estimator-mnist: error: {exc}", file=sys.stderr)
+        return FAILURE_EXIT_CODE
     except KeyboardInterrupt:
         return INTERRUPTED_EXIT_CODE
     except BrokenPipeError:
