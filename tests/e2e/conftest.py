@@ -1,5 +1,5 @@
-"""The real MNIST, prepared once per machine by the same code as `prepare-data`; and one real two-node Slurm
-cluster for the whole session, shared by the Slurm tests (test_slurm.py, test_slurm_sweep.py)."""
+"""The real MNIST, prepared once per machine by the same code as `prepare-data`; one real Slurm cluster for
+every Slurm test of the session (tests/e2e/slurm_cluster.py)."""
 
 import os
 import uuid
