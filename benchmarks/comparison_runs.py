@@ -37,6 +37,8 @@ def run_trainer(workdir: Path, data_dir: str, workers: int, steps: int, batch: i
                  f"model.learning_rate={learning_rate}", "model.dropout=0.0",
                  # The references score their weights themselves, not a moving average of them.
                  "model.weight_average_decay=0", "model.label_smoothing=0",
+                 # ... and feed the network the [0, 1] pixels, with Adam's usual betas, as the references do.
+                 "model.normalise_inputs=false", "model.adam_beta1=0.9", "model.adam_beta2=0.999",
                  f"tasks.all.intra_op_threads={threads[0]}", f"tasks.all.inter_op_threads={threads[1]}",
                  f"training.batch_size_per_replica={batch}", f"training.max_steps={steps}",
                  f"training.save_checkpoints_steps={steps}",
