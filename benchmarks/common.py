@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from estimator_mnist.errors import USAGE_EXIT_CODE
-from estimator_mnist.plan.hosts import free_loopback_ports
-
 from results import REPO, BenchmarkParser
+
+sys.path.insert(0, str(REPO))  # the loopback ports and the process-table helpers live with the tests
+from tests.ports import free_loopback_ports  # noqa: E402
 
 DEFAULT_CONFIG = REPO / "config" / "local.yaml"
 

@@ -11,9 +11,10 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from estimator_mnist.plan.cpu import cpu_kind, cpu_model, tf_onednn_by_default, threads_per_core, usable_cpus
+from estimator_mnist.plan.cpu import usable_cpus
 
 from common import DEFAULT_CONFIG, REPO, write_json
+from cpu_facts import cpu_kind, cpu_model, tf_onednn_by_default, threads_per_core
 from comparison_figures import Run, paired, ratios, stats, window
 from results import figures_of, record_run
 

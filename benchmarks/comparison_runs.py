@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from estimator_mnist.plan.hosts import free_loopback_ports
 from estimator_mnist.progress import read_progress
-from estimator_mnist.run_summary import collect
+from estimator_mnist.supervise.run_summary import collect
 
 from common import DEFAULT_CONFIG, REPO, Shape, run_launch, start, wait_all
+from tests.ports import free_loopback_ports  # noqa: E402  (common put the repository on the path)
 from comparison_figures import Run, summarise, window
 
 KERAS_REFERENCE = REPO / "benchmarks" / "keras_reference.py"

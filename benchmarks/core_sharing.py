@@ -28,9 +28,10 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402  (after the thread settings above)
 
-from estimator_mnist.plan.cpu import cpu_kind, cpu_model, usable_cpus  # noqa: E402
+from estimator_mnist.plan.cpu import usable_cpus  # noqa: E402
 
 from common import benchmark_parser  # noqa: E402
+from cpu_facts import cpu_kind, cpu_model  # noqa: E402
 from results import figures_of, record_run  # noqa: E402
 
 SIZE = 192  # three 192x192 float32 matrices take 432 KB: within any recent core's L2

@@ -33,10 +33,11 @@ from pathlib import Path
 
 
 from estimator_mnist.checkpoints import latest_step
-from estimator_mnist.launch.processes import descendants, living_pids, tensorflow_processes
+from estimator_mnist.supervise.process_group import living_pids
 from estimator_mnist.progress import read_progress
 
 from common import DEFAULT_CONFIG, Launch, benchmark_parser, launch_command, start, write_json
+from tests.process_table import descendants, tensorflow_processes  # noqa: E402  (common put the repository on the path)
 from fault_injection import training_began
 
 KINDS = [("SIGKILL", "chief:0"), ("SIGSTOP", "chief:0"), ("SIGKILL", "worker:0"), ("SIGSTOP", "worker:0"),

@@ -27,10 +27,11 @@ from pathlib import Path
 
 import psutil
 
-from estimator_mnist.launch.processes import descendants, living_pids, task_of_command
+from estimator_mnist.supervise.process_group import living_pids
 from estimator_mnist.progress import read_progress
 
 from common import DEFAULT_CONFIG, Launch, benchmark_parser, launch_command, start, write_json
+from tests.process_table import descendants, task_of_command  # noqa: E402  (common put the repository on the path)
 from results import figures_of, record_run
 
 

@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Iterable, List, Optional
 
 # cpu.py reads the first processor's /proc/cpuinfo fields; vendor, family and model are among them.
-from estimator_mnist.plan.cpu import cpu_kind, cpu_model, cpuinfo, usable_cpus
+from estimator_mnist.plan.cpu import cpuinfo, usable_cpus
+
+from cpu_facts import cpu_kind, cpu_model
 
 FORMAT = 1
 REPO = Path(__file__).resolve().parent.parent

@@ -32,10 +32,10 @@ from typing import Dict, List
 
 import psutil
 
-from estimator_mnist.launch.processes import tensorflow_processes
 from estimator_mnist.progress import read_progress
 
 from common import DEFAULT_CONFIG, Launch, benchmark_parser, launch_command, run_launch, start, write_json
+from tests.process_table import tensorflow_processes  # noqa: E402  (common put the repository on the path)
 from results import figures_of, record_run
 
 SAMPLE_SECS = 10.0

@@ -3,7 +3,7 @@
 TensorFlow is imported only by the commands that run it (prepare-data,
 predict, ensemble, serve), and only after their input is checked; `train`
 never imports it: it resolves its task's TaskSpec and hands it to its
-TensorFlow process (task_process.py). Bad input is rejected in well under a
+TensorFlow process (supervise/task_parent.py). Bad input is rejected in well under a
 second.
 """
 
@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from estimator_mnist.errors import FAILURE_EXIT_CODE, PermanentFailure, UsageError
+from estimator_mnist.errors import FAILURE_EXIT_CODE, UsageError
 
 ERR_SPEC_ALONE = "train --spec FILE takes no other input flags (got {flags}): the spec holds the whole task"
 PREPARE_LOG = "prepare-data.log"  # in data_dir: TensorFlow's and TFDS's output while preparing
@@ -78,8 +78,11 @@ def cmd_train(args) -> int:
     for note in spec.notes:
         print(f"estimator-mnist: {note}", file=sys.stderr, flush=True)
     apply_to_this_process(spec.plan)  # before anything else: env, cores, umask, CPU priority
-    if resolved is not None and not _start_allowed(resolved):
-        return FAILURE_EXIT_CODE
+    if resolved is not None:
+        from estimator_mnist.supervise.manager_start import start_allowed
+
+        if not start_allowed(resolved, os.environ):
+            return FAILURE_EXIT_CODE
     config = spec.config
     if not all_on_loopback(config.cluster):
         cluster = config.cluster
@@ -87,37 +90,13 @@ def cmd_train(args) -> int:
         print(f"estimator-mnist: warning: TensorFlow's servers accept anyone who reaches {ports}, with no "
               "authentication: allow these ports only from the cluster's own hosts (firewall or private network)",
               file=sys.stderr, flush=True)
-    from estimator_mnist.task_process import run_task_process
+    from estimator_mnist.supervise.task_parent import run_task_process
 
     return run_task_process(spec)
 
 
-def _start_allowed(resolved) -> bool:
-    """Under a cluster manager (no --task), counts the start against the job's restart budget; False past it."""
-    from estimator_mnist import checkpoints
-    from estimator_mnist.restart_budget import check_start, job_of
-
-    source, config = resolved.source, resolved.config
-    if source.by_hand:
-        return True
-    view = {"environment": "cloud", "cluster": source.tf_config["cluster"]} \
-        if source.gpus_from_manager and source.tf_config else None
-    job = job_of(os.environ, view)
-    try:
-        incident = check_start(source.task, config.cluster, job, config.restart.max_restarts, config.model_dir,
-                               checkpoints.latest_step(config.model_dir))
-    except PermanentFailure as exc:
-        print(f"estimator-mnist: error: {exc}", file=sys.stderr, flush=True)
-        return False
-    if incident is not None:
-        print(f"estimator-mnist: restart {incident['number']}/{config.restart.max_restarts} of job {job.key} "
-              f"({incident['what']}); the record: {config.model_dir}/restart_budget.json",
-              file=sys.stderr, flush=True)
-    return True
-
-
 def cmd_launch(args) -> int:
-    from estimator_mnist.launch import launch
+    from estimator_mnist.supervise.launch import launch
 
     config = load(args)
     return launch(config, cluster_file=os.path.abspath(args.cluster), quiet=args.quiet)
@@ -167,7 +146,7 @@ def cmd_serve(args) -> int:
 
 
 def cmd_summary(args) -> int:
-    from estimator_mnist.run_summary import print_summary
+    from estimator_mnist.supervise.run_summary import print_summary
 
     return print_summary(args.run_dir, args.json, sys.stdout)
 
@@ -175,7 +154,7 @@ def cmd_summary(args) -> int:
 def cmd_tfjob(args) -> int:
     from pathlib import Path
 
-    from estimator_mnist.tfjob import manifest
+    from estimator_mnist.kubeflow.tfjob import manifest
 
     config = load(args)
     text = Path(args.cluster).read_text(encoding="utf-8")

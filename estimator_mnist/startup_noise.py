@@ -7,7 +7,7 @@ Python. None of it says anything about the run. `predict` and `summary`
 silence it; `prepare-data` sends it to a log file (`to_log_file`) and still
 prints its own lines and any error. A task (`train`, also under `launch`)
 drops only the exact lines of KNOWN_STARTUP_LINES from its output
-(task_output.py): its own stderr is a pod's only log, and every other line of
+(supervise/child_stderr.py): its own stderr is a pod's only log, and every other line of
 TensorFlow's, real errors included, must still show there.
 """
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from estimator_mnist.plan.hosts import free_loopback_ports as free_ports  # noqa: F401  (re-exported for the tests)
-from estimator_mnist.launch.processes import descendants, living_pids as pids_alive  # noqa: F401
+from tests.ports import free_loopback_ports as free_ports  # noqa: F401  (re-exported for the tests)
+from estimator_mnist.supervise.process_group import living_pids as pids_alive  # noqa: F401
+from tests.process_table import descendants  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent
 _STARTED_LAUNCHES = []

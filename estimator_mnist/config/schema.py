@@ -195,7 +195,9 @@ class LauncherConfig:
     finish_timeout_secs: int = _opt(60, check=v.positive, kind=int,
                                     doc="how long other tasks may take to exit once the chief finished")
     stall_timeout_secs: int = _opt(300, check=v.positive, kind=int,
-                                   doc="count the run as failed when no task reports progress for this long")
+                                   doc="launch counts the run as failed when no task reports progress for this "
+                                       "long; every task (launched or not) ends its TensorFlow process once it "
+                                       "has been stopped by a signal (SIGSTOP, a debugger) this long")
     network: str = _opt("auto", choices=NETWORK_MODES,
                         doc="private: run the tasks in a network namespace of their own, loopback only, so no "
                             "other machine or namespace reaches their unauthenticated ports; auto: private when "

@@ -44,18 +44,6 @@ def is_local_host(host: str) -> bool:
     return False
 
 
-def free_loopback_ports(count: int) -> List[int]:
-    """Ports free on 127.0.0.1 right now, for tests and benchmarks; callers retry if one is taken before use."""
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def port_in_use(port: int) -> bool:
     """Whether a TF server could not listen on `port`.
 

@@ -46,7 +46,7 @@ class TaskPlan:
     sync_replicas: Optional[Tuple[int, int]]  # (replicas_to_aggregate, total) for parameter_server_sync
     operation_timeout_ms: int           # 0: no limit
     waits_for_evaluation: bool          # the checkpointing task of a cluster with an evaluator exits after its result
-    gpus_from_pod: bool = False         # in a Kubernetes pod: `gpus` counts the pod's GPUs, no CUDA_VISIBLE_DEVICES mask
+    gpus_from_manager: bool = False     # Kubeflow's pod or Slurm's GRES gave the GPUs: `gpus` counts them, no mask
     cpus: Optional[Tuple[int, ...]] = None  # the cores a trainer sharing its machine is pinned to; None: not pinned
     starts_after_trainers: bool = False  # an evaluator beside trainers starts TensorFlow once they train
 
@@ -127,7 +127,7 @@ def _logical_cpus(config: Config, task: TaskId) -> int:
 
 
 def _environment(config: Config, settings: TaskSettings, environ: Mapping[str, str],
-                 gpus_from_pod: bool = False, x86: bool = True) -> Tuple[Tuple[str, str], ...]:
+                 gpus_from_manager: bool = False, x86: bool = True) -> Tuple[Tuple[str, str], ...]:
     env = {"PYTHONUNBUFFERED": "1"}
     if x86:
         # TF 2.15 turns oneDNN on by itself only with cpu.TF_ONEDNN_DEFAULT_FLAGS; elsewhere (AVX2-only
@@ -139,9 +139,9 @@ def _environment(config: Config, settings: TaskSettings, environ: Mapping[str, s
     else:
         # C++ INFO lines (oneDNN notices, CPU feature banners) drown the useful ones.
         env["TF_CPP_MIN_LOG_LEVEL"] = environ.get("TF_CPP_MIN_LOG_LEVEL", "1")
-    if settings.gpus is not None and not gpus_from_pod:
-        # In a pod the device plugin hands over the pod's GPUs renumbered from 0: a mask of the host's
-        # indices would hide them. Elsewhere "-1" rather than "": an invalid index hides every GPU after it on
+    if settings.gpus is not None and not gpus_from_manager:
+        # In a pod the device plugin, under Slurm its GRES, hands over the task's GPUs renumbered from 0: a mask
+        # of the host's indices would hide them. Elsewhere "-1" rather than "": an invalid index hides every GPU after it on
         # every CUDA version, while an empty value has been read as "unset".
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, settings.gpus)) if settings.gpus else "-1"
     return tuple(sorted(env.items()))
@@ -149,13 +149,13 @@ def _environment(config: Config, settings: TaskSettings, environ: Mapping[str, s
 
 def plan_task(config: Config, task: TaskId, tf_config: Optional[dict] = None, *, cores: Optional[int] = None,
               cpu_set: Optional[Sequence[int]] = None, cpu_bfloat16: Optional[bool] = None,
-              environ: Optional[Mapping[str, str]] = None, gpus_from_pod: bool = False,
+              environ: Optional[Mapping[str, str]] = None, gpus_from_manager: bool = False,
               x86: Optional[bool] = None, own_cpus: Optional[int] = None) -> TaskPlan:
     """The plan of `task`; `tf_config` defaults to the one the YAML cluster gives it.
 
     `cpu_set`/`cores`: the CPUs this process may run on (its affinity) or their number.
-    `gpus_from_pod`: the task runs under Kubeflow's operator (TF_CONFIG's
-    "environment": "cloud"), where `gpus` only counts the pod's GPUs.
+    `gpus_from_manager`: a cluster manager gave the task its GPUs (Kubeflow's operator, TF_CONFIG's
+    "environment": "cloud"; or Slurm's GRES, which sets CUDA_VISIBLE_DEVICES), so `gpus` only counts them.
     `x86`: whether the machine is x86-64 (default: this one's), where the plan turns oneDNN on.
     `own_cpus`: the CPUs a cluster manager gave this task alone (Slurm's SLURM_CPUS_PER_TASK): its threads
     follow them, and it neither shares them with the trainers beside it nor pins itself (Slurm binds tasks)."""
@@ -176,7 +176,7 @@ def plan_task(config: Config, task: TaskId, tf_config: Optional[dict] = None, *,
         timeout = PS_OPERATION_TIMEOUT_MS if config.strategy.name in PS_STRATEGIES else 0
     return TaskPlan(
         task=task, chief=config.cluster.chief_task, settings=settings,
-        env=_environment(config, settings, os.environ if environ is None else environ, gpus_from_pod,
+        env=_environment(config, settings, os.environ if environ is None else environ, gpus_from_manager,
                          cpu.is_x86() if x86 is None else x86),
         tf_config=None if in_graph else (tf_config or build_tf_config(config.cluster, task)),
         intra_op_threads=intra, inter_op_threads=inter, umask=PRIVATE_UMASK,
@@ -189,7 +189,8 @@ def plan_task(config: Config, task: TaskId, tf_config: Optional[dict] = None, *,
         if config.strategy.name == "parameter_server_sync" else None,
         operation_timeout_ms=timeout,
         waits_for_evaluation=task == config.cluster.chief_task and config.cluster.evaluator is not None,
-        gpus_from_pod=gpus_from_pod, cpus=None if own_cpus else _pinned_cpus(config, task, settings, cpu_set),
+        gpus_from_manager=gpus_from_manager,
+        cpus=None if own_cpus else _pinned_cpus(config, task, settings, cpu_set),
         starts_after_trainers=task.is_evaluator and bool(_trainers_beside(config, task)))
 
 
@@ -216,7 +217,7 @@ def describe(plan: TaskPlan) -> str:
     """The applied plan, for the task's first log line."""
     env = " ".join(f"{k}={v!r}" for k, v in plan.env if k != "PYTHONUNBUFFERED")
     cuda = "" if any(k == "CUDA_VISIBLE_DEVICES" for k, _ in plan.env) else " CUDA_VISIBLE_DEVICES=(inherited)"
-    if plan.gpus_from_pod and plan.settings.gpus is not None:
+    if plan.gpus_from_manager and plan.settings.gpus is not None:
         cuda += (f" gpus={len(plan.settings.gpus)} (Kubernetes or Slurm: the pod's or Slurm task's own GPUs, "
                  "numbered from 0 by the device plugin or Slurm; no CUDA_VISIBLE_DEVICES mask)")
     cores = "" if plan.cpus is None else f" cpus={','.join(map(str, plan.cpus))}"

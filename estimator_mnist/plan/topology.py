@@ -2,7 +2,7 @@
 
 Pure functions only: `build_tf_config` returns a dict and never touches
 os.environ; the task plan carries it to the process. A TF_CONFIG from the
-environment is read by cluster_env.py. No TensorFlow.
+environment is read by plan/tf_config_source.py. No TensorFlow.
 """
 
 from __future__ import annotations

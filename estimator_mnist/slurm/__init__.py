@@ -1,2 +1,3 @@
-"""Slurm: `train` as one task of an srun step (environment.py, hostlist.py) and the batch script that starts
-the YAML's cluster as one (batch_script.py). Nothing here imports TensorFlow or contacts Slurm's daemons."""
+"""Slurm's batch script that starts the YAML's cluster as one srun step (batch_script.py, script_body.py). A task
+of that step finds itself in plan/slurm_source.py; the script's watcher and reruns are supervise/slurm_step.py and
+supervise/slurm_reruns.py. Nothing here imports TensorFlow or contacts Slurm's daemons."""

@@ -2,12 +2,12 @@
 
 The script asks for one Slurm task per cluster task and starts them all as one
 `srun --kill-on-bad-exit=1` step of `estimator-mnist train` with the same YAML;
-each task finds its role from Slurm's environment (environment.py). Around the
+each task finds its role from Slurm's environment (plan/slurm_source.py). Around the
 step it keeps the exit contract (errors.py):
 - 0 ends the job; 1 and 2 end it with that code and one line saying so;
 - 200 (retryable) runs the step again, which resumes from the last checkpoint,
   at most restart.max_restarts times in one job, as the job's restart budget
-  counts them (reruns.py; the one record of restarts, restart_budget.py);
+  counts them (supervise/slurm_reruns.py; the one record of restarts, supervise/restart_budget.py);
 - a SIGTERM to the batch shell (`--signal=B:TERM@N` before a time limit,
   preemption, `scancel --batch --signal=TERM`) stops the step at one saved
   step (the tasks' SIGTERM path), then requeues the job, which resumes.
@@ -27,7 +27,7 @@ from typing import Optional, Sequence, Tuple
 
 from estimator_mnist.config import Config
 from estimator_mnist.errors import UsageError
-from estimator_mnist.slurm.environment import ordered_tasks
+from estimator_mnist.plan.slurm_source import ordered_tasks
 
 SIGNAL_MARGIN_SECS = 30  # after preemption_grace_secs: the step ends, the requeue is asked for
 OWN_OPTIONS = {  # sbatch options the script sets itself: what to use instead

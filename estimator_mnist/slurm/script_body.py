@@ -55,7 +55,7 @@ while :; do
   srun --kill-on-bad-exit=1 --ntasks={ntasks} --distribution=block --output="$LOGS/rank-%t.log" \\
     "${{EM[@]}}" train "${{TRAIN_ARGS[@]}}" 2>"$LOGS/srun-$attempt.err" &
   step=$!
-  "${{PY[@]}}" -m estimator_mnist.slurm.progress "${{TRAIN_ARGS[@]}}" --pid "$step" &  # launch's lines
+  "${{PY[@]}}" -m estimator_mnist.supervise.slurm_step "${{TRAIN_ARGS[@]}}" --pid "$step" &  # launch's lines
   progress=$!
   status=0
   wait "$step" || status=$?
@@ -71,7 +71,7 @@ while :; do
   case "$code" in
     0) say "done: the step's tasks all exited 0"; exit 0 ;;
     200)  # counted against restart.max_restarts by the job's restart budget: past it, one line and exit 1
-      "${{PY[@]}}" -m estimator_mnist.slurm.reruns "${{TRAIN_ARGS[@]}}" || exit $?
+      "${{PY[@]}}" -m estimator_mnist.supervise.slurm_reruns "${{TRAIN_ARGS[@]}}" || exit $?
       reruns=$((reruns + 1)) ;;
     *) say "error: a task exited $code; the job ends with it; see $LOGS"; exit "$code" ;;
   esac

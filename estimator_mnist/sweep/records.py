@@ -26,6 +26,7 @@ from estimator_mnist.sweep.space import as_overrides
 from estimator_mnist.sweep.stopping import NAMES
 
 SWEEP_FILE, CSV_FILE, BEST_FILE = "sweep.json", "sweep.csv", "best.yaml"
+TRIAL_FILE = "trial.yaml"  # in each trial's directory: its settings (trials.py writes it, the ensemble reads it)
 DONE_STATES = ("finished", "stopped")  # a re-run skips these; any other state is (re)started, from its checkpoints
 ERR_OTHER_SWEEP = ("{dir}: holds a different sweep (its {what} differ from this command's); give another "
                    "--sweep-dir, or the same --cluster settings, --param, --samples and --seed to resume it")

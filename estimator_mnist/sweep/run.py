@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 from estimator_mnist.config import config_from_dict, read_yaml
 from estimator_mnist.mnist_data.prepare import ERR_NOT_PREPARED, is_prepared
 from estimator_mnist.errors import UsageError
-from estimator_mnist.run_summary import THRESHOLDS
+from estimator_mnist.supervise.run_summary import THRESHOLDS
 from estimator_mnist.sweep import records
 from estimator_mnist.sweep.devices import choose_devices
 from estimator_mnist.sweep.scheduler import SweepPlan, SweepRunner

@@ -16,10 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-import psutil
-
 from estimator_mnist.errors import INTERRUPTED_EXIT_CODE
-from estimator_mnist.launch.processes import TaskProcess, describe_exit, stop_processes
+from estimator_mnist.supervise.process_group import TaskProcess, affinity_of, describe_exit, stop_processes
 from estimator_mnist.sweep import records, trials
 from estimator_mnist.sweep.devices import Device
 from estimator_mnist.sweep.stopping import median_verdict
@@ -72,10 +70,7 @@ class SweepRunner:
         row = self.rows[trial.name]
         trials.write_trial_yaml(trial, device)
         process = trials.start(trial, device, int(trial.name.split("-")[-1]), self.command_for(trial))
-        try:
-            affinity = sorted(psutil.Process(process.pid).cpu_affinity())
-        except psutil.Error:
-            affinity = None  # it has exited already; its end is recorded at the next poll
+        affinity = affinity_of(process.pid)  # None: it has exited already; its end is recorded at the next poll
         resumed = trials.evaluations(trial) or (trial.model_dir / "checkpoint").is_file()
         row.update(state="running", device=str(device), affinity=affinity, pid=process.pid, started=time.time(),
                    ended=None, exit_code=None, reason=None, attempts=row.get("attempts", 0) + 1,

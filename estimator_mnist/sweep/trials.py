@@ -21,12 +21,13 @@ from typing import Dict, List
 from estimator_mnist import checkpoints
 from estimator_mnist.config import TaskId, apply_overrides, config_from_dict
 from estimator_mnist.files import write_json_atomic
-from estimator_mnist.launch.processes import TaskProcess, die_with_parent, start_task
+from estimator_mnist.supervise.process_group import TaskProcess, start_pinned
 from estimator_mnist.progress import read_progress
 from estimator_mnist.sweep.devices import Device
+from estimator_mnist.sweep.records import TRIAL_FILE
 from estimator_mnist.sweep.space import as_overrides
 
-TRIAL_FILE, LOG_FILE, SUMMARY_FILE = "trial.yaml", "trial.log", "run_summary.json"
+LOG_FILE, SUMMARY_FILE = "trial.log", "run_summary.json"
 UNUSED_ADDRESS = "localhost:2222"  # a single-process job starts no server: the port is never opened
 DEFAULT_VALIDATION_EXAMPLES = 5000
 
@@ -100,13 +101,8 @@ def command(trial: Trial) -> List[str]:
 def start(trial: Trial, device: Device, index: int, argv: List[str]) -> TaskProcess:
     """Starts the trial in its own process group, pinned to its device's cores before exec."""
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}  # a trial is never part of a cluster
-
-    def preexec():
-        die_with_parent()
-        if device.kind == "cpu":
-            os.sched_setaffinity(0, device.cores)  # inherited by TensorFlow's process and all its threads
-
-    return start_task(TaskId("trial", index), argv, env, trial.log_path, preexec)
+    return start_pinned(TaskId("trial", index), argv, env, trial.log_path,
+                        device.cores if device.kind == "cpu" else None)
 
 
 def chooses_by(trial: Trial) -> str:
@@ -133,7 +129,7 @@ def live(trial: Trial) -> dict:
 def outcome(trial: Trial) -> dict:
     """Final accuracy, time to each threshold, images/s: the run summary of the trial's directory."""
     from estimator_mnist.errors import UsageError
-    from estimator_mnist.run_summary import collect
+    from estimator_mnist.supervise.run_summary import collect
 
     if not (trial.directory / "progress").is_dir():
         return {}

@@ -22,7 +22,6 @@ from estimator_mnist.config import load_config
 from estimator_mnist.errors import UsageError
 from estimator_mnist.sweep import records
 from estimator_mnist.sweep.devices import visible_gpus
-from estimator_mnist.sweep.trials import TRIAL_FILE
 
 ENSEMBLE_DIR = "ensemble"  # <sweep_dir>/ensemble/<timestamp>: the export, as predict --model takes it
 ERR_DEVICE = ("--devices {text!r}: {item!r} is not a device; write gpu:0,gpu:1 (a GPU each) or cpu:0,cpu:1 "
@@ -100,7 +99,7 @@ def plan_ensemble(sweep_dir: str, top: Optional[int] = None, devices_text: Optio
         devices = [f"/device:GPU:{i}" for i in range(len(gpus))] or ["/device:CPU:0"]
     members, data_dir, eval_batch, held_out = [], None, 1000, 0
     for row in chosen:
-        trial_file = directory / row["trial"] / TRIAL_FILE
+        trial_file = directory / row["trial"] / records.TRIAL_FILE
         if not trial_file.is_file():
             raise UsageError(ERR_TRIAL_GONE.format(trial=row["trial"], missing=trial_file))
         config = load_config(trial_file)

@@ -65,9 +65,3 @@ def greedy_selection(probabilities: Sequence[np.ndarray], labels: np.ndarray) ->
         accuracy = improved
         steps.append((index, accuracy))
     return Selection(tuple(counts), tuple(steps), accuracy, first)
-
-
-def weighted_average(probabilities: Sequence[np.ndarray], counts: Sequence[int]) -> np.ndarray:
-    """The ensemble's probabilities: each candidate's weighted by its count, as the exported graph averages them."""
-    total = sum(count * np.asarray(p, dtype=np.float64) for p, count in zip(probabilities, counts) if count)
-    return total / float(sum(counts))

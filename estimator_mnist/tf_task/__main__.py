@@ -1,6 +1,6 @@
 """The TensorFlow process of a task: `python -m estimator_mnist.tf_task --ready-fd N`, its TaskSpec on stdin.
 
-`train` (task_process.py) starts it and writes the task's spec, as JSON, to
+`train` (supervise/task_parent.py) starts it and writes the task's spec, as JSON, to
 its stdin. The spec is all it takes: it never reads the YAML, argv flags or
 the TF_CONFIG `train` was started with. It applies the spec's plan, sets the
 TF_CONFIG that Estimator's RunConfig reads from the spec alone, and only

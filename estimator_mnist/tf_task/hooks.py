@@ -67,7 +67,7 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
 
 
 class ReadyHook(tf.compat.v1.train.SessionRunHook):
-    """Tells the task's parent process (task_process.py) that the session exists: the cluster formed."""
+    """Tells the task's parent process (supervise/task_parent.py) that the session exists: the cluster formed."""
 
     def __init__(self, ready_fd: int):
         self._fd = ready_fd

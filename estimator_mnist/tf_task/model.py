@@ -1,4 +1,4 @@
-"""The CNN and the Estimator `model_fn` for every mode.
+"""The Estimator `model_fn` for every mode, over the CNN of tf_model/network.py.
 
 Hyperparameters arrive in `params["config"]` (the frozen ModelConfig) and
 `params["batch_size_per_replica"]`, `params["max_steps"]`,

@@ -21,7 +21,7 @@ from estimator_mnist import checkpoints
 from estimator_mnist.tf_task.checkpoint_repair import fall_back_to_intact
 from estimator_mnist.config import PS_STRATEGIES, Config, TaskId
 from estimator_mnist.tf_task.data import VALIDATION_SPLIT, input_fn
-from estimator_mnist.disk_full import disk_full_failure, is_disk_full
+from estimator_mnist.tf_task.disk_full import disk_full_failure, is_disk_full
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, RETRYABLE_NOTE, RetryableFailure
 from estimator_mnist.tf_task.evaluator import exporter
 from estimator_mnist.tf_task.hooks import ProgressHook, ReadyHook, ThroughputSummaryHook, VariablePlacementHook, log
@@ -85,7 +85,8 @@ def setup_log_line(config: Config, plan: TaskPlan, strategy, priority: str) -> s
 
 
 def build_estimator(config: Config, plan: TaskPlan, strategy=None):
-    """`plan` with its precision resolved (TaskPlan.with_precision)."""
+    """The task's Estimator: its RunConfig (model_dir, checkpoints, summaries, the session settings and `strategy`)
+    over model_fn. `plan` has its precision resolved already (TaskPlan.with_precision)."""
     training = config.training
     lean_checkpoint_start()
     lean_events_graph()

@@ -50,7 +50,7 @@ class StepWatchdogHook(tf.compat.v1.train.SessionRunHook):
     The clock runs from this hook's before_run to its after_run: the step's
     session.run and the work of the hooks ordered around it (a checkpoint's
     save on the chief). Between steps (the final evaluation, the teardown) it
-    is stopped; session creation has its own bound (task_process.py).
+    is stopped; session creation has its own bound (supervise/task_parent.py).
     """
 
     def __init__(self, task: str, timeout_secs: float, peers: List[Tuple[str, str]],

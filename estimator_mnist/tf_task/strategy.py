@@ -48,7 +48,9 @@ def gpu_capabilities():
 
 
 def session_config(config: Config, plan: TaskPlan) -> tf.compat.v1.ConfigProto:
-    """`plan` with its precision resolved (TaskPlan.with_precision)."""
+    """The task's session ConfigProto: its thread pools, GPU memory options, logical CPUs, operation timeout, no
+    bfloat16 fusion when it computes in bfloat16, and a synchronous-ps trainer's device filters; from `plan` with
+    its precision resolved (TaskPlan.with_precision)."""
     task = plan.task
     proto = tf.compat.v1.ConfigProto(
         allow_soft_placement=True,

@@ -13,7 +13,7 @@ this file stays the index:
   with one, Estimator placed the input pipeline on /job:localhost while the
   session had only /job:chief devices (task_plan.plan_task sets tf_config to
   None; pinned by tests/e2e/test_strategies_run.py::test_mirrored_replicates_over_two_devices);
-- the startup watchdog is the task's parent process (task_process.py): while
+- the startup watchdog is the task's parent process (supervise/task_parent.py): while
   TF sets up a MultiWorkerMirrored cluster it holds the GIL, so no thread of
   the task could act (tests/e2e/test_cluster_run.py::test_a_peer_that_never_starts_is_named_within_the_timeout);
 - model_fn is marked as AutoGraph's own artifact (model.py): under a strategy AutoGraph rewrote it and

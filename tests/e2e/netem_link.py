@@ -33,8 +33,8 @@ import struct
 import sys
 import time
 
-from estimator_mnist.launch.processes import die_with_parent
-from estimator_mnist.netns import CLONE_NEWNET
+from estimator_mnist.supervise.process_group import die_with_parent
+from estimator_mnist.supervise.private_network import CLONE_NEWNET
 
 TUNSETIFF = 0x400454CA  # _IOW('T', 202, int)
 IFF_TAP = 0x0002

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from estimator_mnist.launch.processes import die_with_parent
+from estimator_mnist.supervise.process_group import die_with_parent
 from tests.e2e.simulated_hosts import ADDRESSES, SimulatedHosts, kill_groups
 
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")

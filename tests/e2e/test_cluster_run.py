@@ -11,7 +11,8 @@ import pytest
 
 import psutil
 
-from estimator_mnist.launch.processes import TF_PROCESS_MODULE, task_of_command
+from estimator_mnist.tf_task import TF_PROCESS_MODULE
+from tests.process_table import task_of_command
 from tests.helpers import CLUSTER_YAML, REPO, descendants, pids_alive, start_launch, write_cluster
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from estimator_mnist import checkpoints
 from estimator_mnist.tf_task.checkpoint_repair import verify_checkpoint
-from estimator_mnist.disk_full import ERR_DISK_FULL, checkpoint_bytes
+from estimator_mnist.tf_task.disk_full import ERR_DISK_FULL, checkpoint_bytes
 from tests.e2e.test_cluster_run import task_pid
 from tests.helpers import CLUSTER_YAML, error_pattern, launch_cluster, pids_alive, run_cli, start_launch, write_cluster
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from estimator_mnist.config import config_from_dict
-from estimator_mnist.launch import Launcher
+from estimator_mnist.supervise.launch import Launcher
 
 FAKE = str(Path(__file__).parent / "fake_task.py")
 

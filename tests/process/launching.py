@@ -10,7 +10,7 @@ import numpy as np
 
 from estimator_mnist.mnist_data import decoded as decoded_mnist
 from estimator_mnist.config import config_from_dict
-from estimator_mnist.launch import Launcher
+from estimator_mnist.supervise.launch import Launcher
 
 FAKE = str(Path(__file__).parent / "fake_task.py")
 HEALTHY = {"chief:0": "chief_ok", "worker:0": "worker_ok", "evaluator:0": "evaluator_ok"}

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from estimator_mnist import netns
+from estimator_mnist.supervise import private_network as netns
 from estimator_mnist.config import config_from_dict
 from estimator_mnist.errors import UsageError
-from estimator_mnist.launch import launch
+from estimator_mnist.supervise.launch import launch
 from tests.helpers import free_ports
 from tests.process.launching import HEALTHY, fake_commands, make_config, mark_data_prepared
 

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from estimator_mnist.restart_budget import RECORD_FILE
+from estimator_mnist.supervise.restart_budget import RECORD_FILE
 from tests.helpers import REPO, free_ports
 
 YAML = """

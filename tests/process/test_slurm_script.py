@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from estimator_mnist.restart_budget import RECORD_FILE
+from estimator_mnist.supervise.restart_budget import RECORD_FILE
 from tests.helpers import REPO
 
 # srun: prepare-data succeeds; each train step exits with the next code of $FAKE/codes. srun's own status is

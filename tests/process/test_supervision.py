@@ -14,8 +14,8 @@ import pytest
 
 from estimator_mnist.plan.task_spec import read_spec
 from estimator_mnist.errors import UsageError
-from estimator_mnist.launch import launch
-from estimator_mnist.launch.processes import describe_exit
+from estimator_mnist.supervise.launch import launch
+from estimator_mnist.supervise.process_group import describe_exit
 from tests.helpers import descendants, pids_alive
 from tests.process.launching import HEALTHY, make_config, mark_data_prepared, run
 
@@ -206,7 +206,7 @@ def test_summary_times_come_from_the_trainers_records(tmp_path):
 
 def test_the_wait_for_a_group_finds_members_whose_leader_is_gone():
     """A leader's children outlive it as init's children; the launcher waits for them by their process group."""
-    from estimator_mnist.launch.processes import group_members, wait_for_groups  # pylint: disable=C0415
+    from estimator_mnist.supervise.process_group import group_members, wait_for_groups  # pylint: disable=C0415
 
     leader = subprocess.Popen([sys.executable, str(Path(__file__).parent / "group_probe.py")], stdout=subprocess.PIPE,
                               text=True, start_new_session=True)

@@ -1,4 +1,4 @@
-"""The task's parent (task_process.py) with a real child process: a child stopped by a signal is named and ended
+"""The task's parent (supervise/task_parent.py) with a real child process: a child stopped by a signal is named and ended
 within launcher.stall_timeout_secs, before its session formed or after, with no launcher around."""
 
 import os
@@ -11,7 +11,7 @@ import pytest
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE
 from estimator_mnist.plan.task_plan import plan_task
-from estimator_mnist.task_process import TaskParent
+from estimator_mnist.supervise.task_parent import TaskParent
 from tests.helpers import TF_STARTUP_LINES
 from tests.process.startup_lines_probe import LAST_WORDS, OTHERS
 

@@ -6,7 +6,7 @@ import re
 
 import tensorflow as tf
 
-from estimator_mnist.disk_full import ERR_DISK_FULL, disk_full_failure, is_disk_full, remove_partial_writes
+from estimator_mnist.tf_task.disk_full import ERR_DISK_FULL, disk_full_failure, is_disk_full, remove_partial_writes
 from estimator_mnist.errors import PermanentFailure
 from tests.helpers import error_pattern
 

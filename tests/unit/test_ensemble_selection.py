@@ -1,10 +1,19 @@
 """Greedy ensemble selection with replacement (Caruana et al., ICML 2004) on fixed member predictions: it starts
 from the best member, never ends below it, leaves out a member that only hurts, and repeats a member to weight it."""
 
+from typing import Sequence
+
 import numpy as np
 import pytest
 
-from estimator_mnist.tf_model.ensemble_selection import greedy_selection, weighted_average
+from estimator_mnist.tf_model.ensemble_selection import greedy_selection
+
+
+def weighted_average(probabilities: Sequence[np.ndarray], counts: Sequence[int]) -> np.ndarray:
+    """The ensemble's probabilities: each candidate's weighted by its count, as the exported graph averages them
+    (tf_model/ensemble.py)."""
+    total = sum(count * np.asarray(p, dtype=np.float64) for p, count in zip(probabilities, counts) if count)
+    return total / float(sum(counts))
 
 
 def two_class(correct):

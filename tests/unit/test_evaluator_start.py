@@ -1,4 +1,4 @@
-"""An evaluator beside trainers starts TensorFlow once they train: the gate its parent waits on (task_process.py)."""
+"""An evaluator beside trainers starts TensorFlow once they train: the gate its parent waits on (supervise/task_parent.py)."""
 
 import os
 import signal
@@ -6,7 +6,8 @@ import signal
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.progress import ProgressWriter, progress_path
 from estimator_mnist.plan.task_plan import plan_task
-from estimator_mnist.task_process import GATE_MAX_SECS, TaskParent, child_command, evaluator_gate, trainers_under_way
+from estimator_mnist.supervise.task_parent import (GATE_MAX_SECS, TaskParent, child_command, evaluator_gate,
+                                                  trainers_under_way)
 
 CONFIG = config_from_dict({"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"], "evaluator": "localhost"}},
                           "t.yaml")

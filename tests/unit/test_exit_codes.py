@@ -9,7 +9,7 @@ from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.plan.peers import cause_of, named_in, peers_of
 from estimator_mnist.plan.task_plan import plan_task
 from estimator_mnist.plan.task_spec import spec_environment
-from estimator_mnist.task_process import TaskParent
+from estimator_mnist.supervise.task_parent import TaskParent
 
 CONFIG = config_from_dict({"cluster": {"chief": ["192.0.2.1:2222"], "worker": ["192.0.2.2:2222"]}}, "t.yaml")
 PLAN = plan_task(CONFIG, TaskId("chief", 0))

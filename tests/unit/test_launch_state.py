@@ -8,9 +8,9 @@ import time
 from types import SimpleNamespace
 
 from estimator_mnist.config import TaskId
-from estimator_mnist.launch.monitor import Monitor
-from estimator_mnist.launch.report import Console, RunRecord, TaskRecord, build_summary
-from estimator_mnist.launch.supervisor import Supervisor
+from estimator_mnist.supervise.launch.monitor import Monitor
+from estimator_mnist.supervise.launch.report import Console, RunRecord, TaskRecord, build_summary
+from estimator_mnist.supervise.launch.supervisor import Supervisor
 from tests.unit.test_progress import config_for, write_record
 
 CHIEF, WORKER = TaskId("chief", 0), TaskId("worker", 0)

@@ -7,8 +7,8 @@ import re
 import pytest
 
 from estimator_mnist.errors import UsageError
-from estimator_mnist.launch.report import CLEAR_LINE, PROGRESS_EVERY_SECS, Console, final_line
-from estimator_mnist.run_summary import ERR_NOT_A_RUN, collect, table
+from estimator_mnist.supervise.launch.report import CLEAR_LINE, PROGRESS_EVERY_SECS, Console, final_line
+from estimator_mnist.supervise.run_summary import ERR_NOT_A_RUN, collect, table
 
 
 class FakeMonitor:

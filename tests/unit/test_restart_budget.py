@@ -6,8 +6,8 @@ import pytest
 
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.errors import PermanentFailure
-from estimator_mnist.restart_budget import (ERR_BUDGET, JOB_ID_ENV, RECORD_FILE, Job, RestartBudget, check_start,
-                                            job_of)
+from estimator_mnist.supervise.restart_budget import (ERR_BUDGET, JOB_ID_ENV, RECORD_FILE, Job, RestartBudget,
+                                                      check_start, job_of)
 from tests.helpers import error_pattern
 
 CLUSTER = config_from_dict({"cluster": {"chief": ["a:1"], "worker": ["b:1"], "evaluator": "c"}}, "t").cluster
@@ -91,7 +91,7 @@ def test_under_slurm_the_batch_script_counts_the_reruns_and_the_tasks_only_obey_
     slurm = job_of({"SLURM_JOB_ID": "4711"}, None)
     assert starts(tmp_path, TaskId("chief", 0), 3, job=slurm) == [None] * 3  # the chief's starts are no incidents
     budget = RestartBudget(slurm, 1, str(tmp_path))
-    for _ in range(2):  # what slurm/reruns.py records for two steps that exited 200
+    for _ in range(2):  # what supervise/slurm_reruns.py records for two steps that exited 200
         budget.record_incident("step exited 200")
     with pytest.raises(PermanentFailure, match="job slurm-4711 has been restarted 2 times"):
         check_start(TaskId("worker", 0), CLUSTER, slurm, 1, str(tmp_path))

@@ -3,7 +3,7 @@
 import pytest
 
 from estimator_mnist.errors import UsageError
-from estimator_mnist.slurm.hostlist import expand_hostlist, expand_tasks_per_node
+from estimator_mnist.plan.slurm_hostlist import expand_hostlist, expand_tasks_per_node
 
 
 @pytest.mark.parametrize("text, names", [

@@ -1,12 +1,12 @@
-"""The batch script's reruns (slurm/reruns.py): each step that exited 200 is one incident of the job's restart
+"""The batch script's reruns (supervise/slurm_reruns.py): each step that exited 200 is one incident of the job's restart
 budget, recorded in model_dir under SLURM_JOB_ID; past restart.max_restarts, one line and exit 1."""
 
 import json
 import re
 
 from estimator_mnist.config import config_from_dict
-from estimator_mnist.restart_budget import RECORD_FILE
-from estimator_mnist.slurm.reruns import ERR_NO_JOB, ERR_SPENT, main, rerun
+from estimator_mnist.supervise.restart_budget import RECORD_FILE
+from estimator_mnist.supervise.slurm_reruns import ERR_NO_JOB, ERR_SPENT, main, rerun
 from tests.helpers import error_pattern
 
 

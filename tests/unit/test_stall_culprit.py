@@ -1,10 +1,10 @@
 """The launcher's stall names the task that was stopped by a signal, also when that task's own parent ended its
-stopped TensorFlow process (after the same timeout) a moment before the launcher looked (launch/supervisor.py)."""
+stopped TensorFlow process (after the same timeout) a moment before the launcher looked (supervise/launch/supervisor.py)."""
 
 import pytest
 
 from estimator_mnist.config import TaskId, config_from_dict
-from estimator_mnist.launch.supervisor import Supervisor, TaskFailure
+from estimator_mnist.supervise.launch.supervisor import Supervisor, TaskFailure
 
 CONFIG = config_from_dict({"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"]},
                            "launcher": {"stall_timeout_secs": 60}}, "t.yaml")

@@ -66,35 +66,6 @@ def test_cpu_flags_tell_bfloat16(tmp_path):
     assert not cpu_has_bfloat16(str(tmp_path / "missing"))
 
 
-@pytest.mark.parametrize("flags, kind", [("fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile", "amx"),
-                                         ("fpu avx2 avx512f avx512_bf16", "avx512_bf16"),
-                                         ("fpu avx2 avx512f", "avx512"), ("fpu avx2 fma", "avx2"), ("fpu sse2", "other")])
-def test_cpu_kind_names_the_widest_instructions(tmp_path, flags, kind):
-    from estimator_mnist.plan.cpu import cpu_kind, cpu_model
-
-    path = tmp_path / "cpuinfo"
-    path.write_text(f"processor\t: 0\nmodel name\t: AMD EPYC 7R13 Processor\nflags\t\t: {flags}\n\n"
-                    "processor\t: 1\nflags\t\t: fpu\n")
-    assert cpu_kind(str(path)) == kind
-    assert cpu_model(str(path)) == "AMD EPYC 7R13 Processor"
-
-
-@pytest.mark.parametrize("flags, on", [("fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile", True),  # Xeon with AMX
-                                       ("fpu avx2 avx512f avx512_vnni avx512_bf16", True),  # Zen 4
-                                       ("fpu avx2 avx512f avx512_vnni", True), ("fpu avx2 avx_vnni", True),
-                                       ("fpu avx2 fma", False),  # AVX2-only EPYC: TF 2.15 falls back to Eigen
-                                       ("fpu avx2 avx512f", False)])
-def test_tf_turns_onednn_on_by_itself_only_on_cpus_with_vnni_bf16_or_amx(tmp_path, flags, on, monkeypatch):
-    from estimator_mnist.plan import cpu
-
-    path = tmp_path / "cpuinfo"
-    path.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\n")
-    monkeypatch.setattr(cpu.platform, "machine", lambda: "x86_64")
-    assert cpu.tf_onednn_by_default(str(path)) is on
-    monkeypatch.setattr(cpu.platform, "machine", lambda: "aarch64")
-    assert not cpu.is_x86() and not cpu.tf_onednn_by_default(str(path))
-
-
 def test_bfloat16_turns_off_the_fusion_that_has_no_bfloat16_kernel():
     from tensorflow.core.protobuf import rewriter_config_pb2
 

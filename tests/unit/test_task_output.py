@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from estimator_mnist.task_output import CHUNK, FilteredStderr, forward_lines
+from estimator_mnist.supervise.child_stderr import CHUNK, FilteredStderr, forward_lines
 from estimator_mnist.startup_noise import (CUBLAS_FACTORY, CUDNN_FACTORY, CUFFT_FACTORY, ONEDNN_NOTICE, TF_TRT_WARNING,
                                       is_known_startup_line)
 from tests.helpers import TF_STARTUP_LINES

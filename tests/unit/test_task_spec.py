@@ -93,7 +93,7 @@ def test_train_takes_a_spec_alone(tmp_path, capsys):
 
 
 def test_the_process_table_names_each_task():
-    from estimator_mnist.launch.processes import task_of_command  # pylint: disable=import-outside-toplevel
+    from tests.process_table import task_of_command  # pylint: disable=import-outside-toplevel
 
     assert task_of_command(["python", "-m", "estimator_mnist", "train", "--spec", "/r/logs/1/worker-1.spec.json"]) \
         == "worker:1"
@@ -103,7 +103,7 @@ def test_the_process_table_names_each_task():
 
 def test_launch_and_train_by_hand_make_the_same_spec(tmp_path):
     """The spec `launch` writes for each task is the one `train --cluster --task` resolves on the same machine."""
-    from estimator_mnist.launch.group import TaskGroup  # pylint: disable=import-outside-toplevel
+    from estimator_mnist.supervise.launch.group import TaskGroup  # pylint: disable=import-outside-toplevel
 
     config = load_config("config/local.yaml", ("training.max_steps=250",))
     group = TaskGroup(config, tmp_path)

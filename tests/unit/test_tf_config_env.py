@@ -10,7 +10,8 @@ from estimator_mnist import cli, commands
 from estimator_mnist.config import TaskId
 from estimator_mnist.errors import UsageError
 from estimator_mnist.plan.task_plan import describe, plan_task
-from estimator_mnist.plan.cluster_env import ERR_NO_TASK, read_tf_config
+from estimator_mnist.plan.single_process_source import ERR_NO_TASK
+from estimator_mnist.plan.tf_config_source import read_tf_config
 
 
 def operator_tf_config(job, replicas, task, index, namespace="default", port=2222):
@@ -48,7 +49,7 @@ def test_the_operator_s_tf_config_keeps_the_evaluator_in_the_product_s_view_only
     # TensorFlow gets no evaluator in its training cluster (MultiWorkerMirrored fails with one).
     assert tf_config["cluster"] == {"chief": ["mnist-chief-0.default.svc:2222"],
                                     "worker": ["mnist-worker-0.default.svc:2222"]}
-    plan = plan_task(config, task, tf_config, gpus_from_pod=operator, cores=2, cpu_bfloat16=False)
+    plan = plan_task(config, task, tf_config, gpus_from_manager=operator, cores=2, cpu_bfloat16=False)
     assert plan.tf_config == tf_config and not plan.waits_for_evaluation
     chief = plan_task(config, TaskId("chief", 0), None, cores=2, cpu_bfloat16=False)
     assert chief.waits_for_evaluation  # the chief waits for the final evaluation: the evaluator exists
@@ -75,7 +76,7 @@ def test_gpus_count_the_pod_s_gpus_under_the_operator(tmp_path):
     args = train_args(tmp_path, "--set", "tasks.worker.gpus=[2,3]")
     config, task, tf_config, operator, _ = config_and_task(
         args, operator_tf_config("j", {"Chief": 1, "Worker": 1}, "worker", 0))
-    plan = plan_task(config, task, tf_config, gpus_from_pod=operator, cores=2, cpu_bfloat16=False)
+    plan = plan_task(config, task, tf_config, gpus_from_manager=operator, cores=2, cpu_bfloat16=False)
     assert "CUDA_VISIBLE_DEVICES" not in dict(plan.env)
     assert "gpus=2 (Kubernetes or Slurm: the pod's or Slurm task's own GPUs" in describe(plan)
     by_hand = plan_task(config, task, tf_config, cores=2, cpu_bfloat16=False)

@@ -14,8 +14,8 @@ import yaml
 from tests.unit.tfjob_crd_schema import TFJOB
 from estimator_mnist.config import TaskId, load_config
 from estimator_mnist.errors import UsageError
-from estimator_mnist.restart_budget import JOB_ID_ENV
-from estimator_mnist.tfjob import (CONTAINER, DEFAULT_PORT, ERR_NAME, ERR_NO_SDK, ERR_PER_TASK, JOB_LABEL, KINDS,
+from estimator_mnist.supervise.restart_budget import JOB_ID_ENV
+from estimator_mnist.kubeflow.tfjob import (CONTAINER, DEFAULT_PORT, ERR_NAME, ERR_NO_SDK, ERR_PER_TASK, JOB_LABEL, KINDS,
                                    MAX_NAME, PORT_NAME, manifest)
 
 REPO = Path(__file__).resolve().parents[2]

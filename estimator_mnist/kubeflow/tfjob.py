@@ -27,7 +27,7 @@ from typing import List
 
 from estimator_mnist.config import Config, TaskId
 from estimator_mnist.errors import UsageError
-from estimator_mnist.restart_budget import JOB_ID_ENV
+from estimator_mnist.supervise.restart_budget import JOB_ID_ENV
 
 KINDS = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
 CONTAINER, PORT_NAME, DEFAULT_PORT = "tensorflow", "tfjob-port", 2222

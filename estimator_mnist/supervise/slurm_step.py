@@ -1,6 +1,6 @@
 """The progress lines of a Slurm job, as `launch` prints them: run by the batch script beside the step.
 
-`python -m estimator_mnist.slurm.progress TRAIN_ARGS --pid PID` reads the
+`python -m estimator_mnist.supervise.slurm_step TRAIN_ARGS --pid PID` reads the
 progress records and evaluations the tasks write to the shared run_dir and
 model_dir (launch's Monitor and Console), and prints to the job's output
 until the step (srun, PID) ends; then it writes run_summary.json there, for
@@ -21,10 +21,10 @@ from typing import Dict
 from estimator_mnist import checkpoints
 from estimator_mnist.config import load_config
 from estimator_mnist.files import write_json_atomic
-from estimator_mnist.launch.monitor import Monitor
-from estimator_mnist.launch.report import SUMMARY_FILE, Console
+from estimator_mnist.supervise.launch.monitor import Monitor
+from estimator_mnist.supervise.launch.report import SUMMARY_FILE, Console
 from estimator_mnist.progress import read_progress
-from estimator_mnist.restart_budget import RestartBudget, job_of
+from estimator_mnist.supervise.restart_budget import RestartBudget, job_of
 
 POLL_SECS = 1.0
 
@@ -107,7 +107,7 @@ def config_of(args):
 
 
 def main(argv=None) -> int:
-    parser = train_args_parser("python -m estimator_mnist.slurm.progress")
+    parser = train_args_parser("python -m estimator_mnist.supervise.slurm_step")
     parser.add_argument("--pid", type=int, required=True)
     args = parser.parse_args(argv)
     config = config_of(args)

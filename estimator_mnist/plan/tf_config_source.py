@@ -1,4 +1,4 @@
-"""Where `train` gets its cluster and task: --task, the TF_CONFIG environment variable, or neither.
+"""A task from the TF_CONFIG environment variable, as Kubeflow's training-operator writes it. No TensorFlow.
 
 Kubeflow's training-operator (v1.9, `genClusterSpec`) writes TF_CONFIG with
 EVERY replica type in the cluster map, the evaluator included, lower-cased
@@ -13,7 +13,7 @@ The product keeps the whole topology in its own config (the evaluator's
 presence decides who evaluates and how long checkpoints are kept) and hands
 TensorFlow only what it can take (topology.estimator_tf_config: no evaluator
 in a training cluster). A TFJob of one replica gets no TF_CONFIG at all:
-that is the single-process job, which trains, evaluates and exports itself.
+that is the single-process job (single_process_source.py).
 """
 
 from __future__ import annotations
@@ -22,19 +22,13 @@ import json
 
 from estimator_mnist.config import ROLES, TaskId
 from estimator_mnist.errors import UsageError
-from estimator_mnist.plan.task_source import TaskSource
+from estimator_mnist.plan.resolved_task import TaskSource
 from estimator_mnist.plan.topology import ERR_TF_CONFIG_JSON, ERR_TF_CONFIG_SHAPE, estimator_tf_config
 
-ERR_NO_TASK = ("{file}: the cluster has {count} tasks ({tasks}), so train needs to know which one this is: pass "
-               "--task TYPE:INDEX, or set TF_CONFIG (Kubeflow's TFJob sets it in every pod of a job of more than one "
-               "replica)")
-SINGLE_STRATEGY = "one_device"
 OPERATOR_ENVIRONMENT = "cloud"  # the "environment" the operator writes
 # An evaluator whose TF_CONFIG lists no evaluator host (only its own task): it runs no server, and no trainer
 # can be beside it on a host of that name, so it never waits for trainers on its machine.
 UNLISTED_EVALUATOR_HOST = "localhost"
-# The one process of a single-process job starts no TensorFlow server: its chief's address is never dialled.
-NO_SERVER_ADDRESS = "localhost:2222"
 
 
 def read_tf_config(text: str) -> dict:
@@ -96,29 +90,4 @@ def from_tf_config(data: dict, text: str) -> TaskSource:
     task = TaskId(tf_config["task"]["type"], tf_config["task"]["index"])
     operator = tf_config.get("environment") == OPERATOR_ENVIRONMENT
     return TaskSource(data=data, task=task, tf_config=estimator_tf_config(tf_config), gpus_from_manager=operator,
-                      note=note)
-
-
-def single_process(data: dict, file: str) -> TaskSource:
-    """With neither TF_CONFIG nor --task: the one-replica job, if the YAML names at most one trainer.
-
-    It trains, evaluates and exports in this process (in-graph, no TensorFlow
-    server): what a TFJob of a single replica, which gets no TF_CONFIG, runs.
-    """
-    from estimator_mnist.config.cluster import parse_cluster  # pylint: disable=import-outside-toplevel
-
-    cluster = parse_cluster(file, data["cluster"]) if data.get("cluster") is not None else None
-    tasks = cluster.tasks() if cluster is not None else []
-    trainers = [t for t in tasks if t.is_trainer]
-    if len(tasks) > 1 and not (len(trainers) == 1 and all(t.is_trainer or t.is_evaluator for t in tasks)):
-        raise UsageError(ERR_NO_TASK.format(file=file, count=len(tasks), tasks=", ".join(str(t) for t in tasks)))
-    address = str(cluster.address(trainers[0])) if trainers else NO_SERVER_ADDRESS
-    strategy = data.get("strategy")
-    name = strategy.get("name") if isinstance(strategy, dict) else strategy
-    note = None
-    if name not in ("mirrored", "one_device"):
-        note = (f"no TF_CONFIG and no --task: a single-process job (strategy {SINGLE_STRATEGY} instead of "
-                f"{name or 'the default'}) that trains, evaluates and exports here")
-        strategy = SINGLE_STRATEGY
-    return TaskSource(data={**data, "cluster": {"chief": [address]}, "strategy": strategy}, task=TaskId("chief", 0),
                       note=note)

@@ -23,7 +23,7 @@ The parent exists so that a task always ends with a code of the exit table
 The child takes the task's TaskSpec on its stdin, and reports that its session
 exists by writing to a pipe (--ready-fd). Its stderr passes through the
 parent, which leaves out TensorFlow's known start-up lines and nothing else
-(task_output.py): a pod's log is its stderr.
+(supervise/child_stderr.py): a pod's log is its stderr.
 
 An evaluator on the trainers' machine starts its child only once a trainer
 has taken a step (or a checkpoint exists): importing TensorFlow and building
@@ -43,13 +43,14 @@ from typing import Callable, List, Optional
 
 from estimator_mnist import checkpoints
 from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE
-from estimator_mnist.launch.processes import TF_PROCESS_MODULE, describe_exit, die_with_parent, stopped_by_signal
+from estimator_mnist.supervise.process_group import describe_exit, die_with_parent, stopped_by_signal
 from estimator_mnist.plan.peers import describe_missing, missing_peers, peers_of
 from estimator_mnist.progress import FRESH_SECS, read_progress
-from estimator_mnist.task_output import FilteredStderr
+from estimator_mnist.supervise.child_stderr import FilteredStderr
 from estimator_mnist.plan.task_plan import TaskPlan
 from estimator_mnist.plan.task_spec import TaskSpec, spec_environment
 from estimator_mnist.tasklog import log
+from estimator_mnist.tf_task import TF_PROCESS_MODULE
 
 STOP_GRACE_SECS = 10.0  # after Ctrl-C
 REPEAT_SECS = 2.0  # a SIGTERM this soon after the first is the same request
@@ -216,7 +217,7 @@ class TaskParent:
             if self.start_gate is not None and not self._wait_for_gate():
                 os.close(ready_write)
                 return self.stop_code()  # stopped before its child started: nothing of its work is done
-            stderr = FilteredStderr()  # TensorFlow's known start-up lines left out (task_output.py)
+            stderr = FilteredStderr()  # TensorFlow's known start-up lines left out (supervise/child_stderr.py)
             self._start_child(command, ready_write, env, stderr, spec)
             try:
                 ended_by_itself = self._wait_child(ready_read)

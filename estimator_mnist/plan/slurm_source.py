@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import Callable, List, Mapping, Optional, Tuple
 
 from estimator_mnist.config import TaskId
+from estimator_mnist.config.cluster import parse_cluster
 from estimator_mnist.errors import UsageError
-from estimator_mnist.plan.task_source import TaskSource
-from estimator_mnist.slurm.hostlist import expand_hostlist, expand_tasks_per_node
+from estimator_mnist.plan.resolved_task import TaskSource
+from estimator_mnist.plan.slurm_hostlist import expand_hostlist, expand_tasks_per_node
 
 ROLE_ORDER = ("chief", "evaluator", "worker", "ps")  # the evaluator beside the chief: the trainers spread out
 PORT_BASE, PORT_SLOTS, PORT_STRIDE = 16384, 512, 32  # ports 16384-32767
@@ -143,8 +144,6 @@ def step_cluster(step: SlurmStep, tasks: List[TaskId], file: str,
 def from_slurm(data: dict, file: str, environ: Mapping[str, str],
                resolver: Callable = socket.getaddrinfo) -> TaskSource:
     """This task of the step: the YAML data with the step's nodes as its cluster, the GPUs and CPUs Slurm gave it."""
-    from estimator_mnist.config.cluster import parse_cluster  # pylint: disable=import-outside-toplevel
-
     if data.get("cluster") is None:
         raise UsageError(ERR_NO_CLUSTER.format(file=file))
     step = read_step(environ)

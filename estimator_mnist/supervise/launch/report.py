@@ -11,8 +11,8 @@ from typing import Optional, Tuple
 from estimator_mnist import checkpoints
 from estimator_mnist.config import Config
 from estimator_mnist.files import write_json_atomic
-from estimator_mnist.launch.monitor import Monitor
-from estimator_mnist.launch.processes import describe_exit
+from estimator_mnist.supervise.launch.monitor import Monitor
+from estimator_mnist.supervise.process_group import describe_exit
 
 SUMMARY_FILE = "run_summary.json"
 PROGRESS_EVERY_SECS = 5.0  # once training runs: the step, images/s, loss, latest evaluation, time left

@@ -1,6 +1,6 @@
 """The batch script's reruns, counted by the job's restart budget (restart_budget.py). No TensorFlow.
 
-`python -m estimator_mnist.slurm.reruns TRAIN_ARGS` runs in the batch shell each time the step exited 200
+`python -m estimator_mnist.supervise.slurm_reruns TRAIN_ARGS` runs in the batch shell each time the step exited 200
 (retryable). The script keeps no count of its own: this records the incident in model_dir/restart_budget.json,
 keyed by SLURM_JOB_ID, the one record of restarts that launch and the cluster managers' tasks use too. The
 batch shell sees each step's outcome once, however many of its tasks exited 200, so one incident counts
@@ -18,8 +18,8 @@ import os
 import sys
 
 from estimator_mnist.errors import USAGE_EXIT_CODE, UsageError
-from estimator_mnist.restart_budget import RECORD_FILE, RestartBudget, describe, job_of
-from estimator_mnist.slurm.progress import config_of, train_args_parser
+from estimator_mnist.supervise.restart_budget import RECORD_FILE, RestartBudget, describe, job_of
+from estimator_mnist.supervise.slurm_step import config_of, train_args_parser
 
 INCIDENT = "step exited 200"
 ERR_NO_JOB = "SLURM_JOB_ID is not set: the batch script runs under sbatch, which sets it; submit the script with sbatch"
@@ -46,7 +46,7 @@ def rerun(config, environ) -> tuple:
 
 
 def main(argv=None) -> int:
-    args = train_args_parser("python -m estimator_mnist.slurm.reruns").parse_args(argv)
+    args = train_args_parser("python -m estimator_mnist.supervise.slurm_reruns").parse_args(argv)
     try:  # the YAML, edited since the step started: its one line, and the job ends with 2
         code, line = rerun(config_of(args), os.environ)
     except UsageError as exc:

@@ -1,4 +1,5 @@
-"""Starting task processes in their own process groups, and stopping them for sure. No TensorFlow.
+"""Starting processes in their own process groups, stopping them for sure, and asking psutil about them: for
+`launch`'s tasks, `train`'s TensorFlow child, a sweep's trials and the namespace helper. No TensorFlow.
 
 The launcher never trusts a task to stop by itself: MultiWorkerMirrored
 workers catch SIGTERM and keep running, and survivors of a dead peer retry
@@ -16,14 +17,13 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Callable, Iterable, List, Optional, Sequence
 
 import psutil
 
 from estimator_mnist.config import TaskId
 
 SPEC_SUFFIX = ".spec.json"  # a task's TaskSpec file (spec_file)
-TF_PROCESS_MODULE = "estimator_mnist.tf_task"  # a task's TensorFlow process: python -m estimator_mnist.tf_task
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
 
@@ -106,6 +106,26 @@ def start_task(task: TaskId, command: List[str], env: dict, log_path: Path,
     return TaskProcess(task=task, popen=popen, log_path=log_path, started=time.time())
 
 
+def start_pinned(task: TaskId, command: List[str], env: dict, log_path: Path,
+                 cores: Optional[Sequence[int]] = None) -> TaskProcess:
+    """start_task, dying with this process, and pinned to `cores` before exec when given: the process's own
+    children (a task's TensorFlow process) and all their threads inherit them."""
+    def preexec():
+        die_with_parent()
+        if cores is not None:
+            os.sched_setaffinity(0, cores)
+
+    return start_task(task, command, env, log_path, preexec)
+
+
+def affinity_of(pid: int) -> Optional[List[int]]:
+    """The CPUs process `pid` may run on, or None once it has exited."""
+    try:
+        return sorted(psutil.Process(pid).cpu_affinity())
+    except psutil.Error:
+        return None
+
+
 def signal_group(process: TaskProcess, sig) -> None:
     try:
         os.killpg(process.pid, sig)
@@ -177,48 +197,7 @@ def living_pids(pids) -> List[int]:
     return alive
 
 
-def descendants(pid: int) -> List[int]:
-    """Every process whose ancestry leads to `pid`."""
-    try:
-        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        return []
-
-
 def spec_file(log_dir: Path, task: TaskId) -> Path:
-    """Where `launch` writes a task's TaskSpec: beside its log, `<type>-<index>.spec.json` (task_of_command reads
-    the task back from the name)."""
+    """Where `launch` writes a task's TaskSpec: beside its log, `<type>-<index>.spec.json` (so the process table
+    names each task: tests/process_table.py reads the task back from the name)."""
     return log_dir / f"{task.type}-{task.index}{SPEC_SUFFIX}"
-
-
-def task_of_command(cmdline: List[str]) -> Optional[str]:
-    """The task ("chief:0") of a `train` process as `launch` starts it (`train --spec .../chief-0.spec.json`) or as
-    started by hand (`train ... --task chief:0`); None for any other command line. For people and tools that
-    look at the process table (benchmarks/soak.py, the fault-injection benchmark, the e2e tests)."""
-    if "train" not in cmdline:
-        return None
-    for flag in ("--spec", "--task"):
-        if flag in cmdline[:-1]:
-            value = cmdline[cmdline.index(flag) + 1]
-            if flag == "--task":
-                return value
-            name = Path(value).name
-            if name.endswith(SPEC_SUFFIX) and "-" in name:
-                role, index = name[:-len(SPEC_SUFFIX)].rsplit("-", 1)
-                return f"{role}:{index}"
-    return None
-
-
-def tensorflow_processes(root_pid: int) -> Dict[str, psutil.Process]:
-    """{task: its TensorFlow process} among the descendants of `root_pid` (a launcher): each the child of its
-    task's `train` process. For the benchmarks and tests that signal or sample them."""
-    found = {}
-    for pid in descendants(root_pid):
-        try:
-            process = psutil.Process(pid)
-            task = task_of_command(process.cmdline())
-            if task is not None:
-                found.update({task: c for c in process.children() if TF_PROCESS_MODULE in c.cmdline()})
-        except psutil.Error:
-            continue
-    return found

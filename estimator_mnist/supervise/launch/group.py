@@ -17,8 +17,8 @@ from estimator_mnist.config import Config, TaskId
 from estimator_mnist.files import write_text_atomic
 from estimator_mnist.plan.task_plan import apply_in_child, plan_task
 from estimator_mnist.plan.task_spec import TaskSpec, spec_environment
-from estimator_mnist.launch.processes import (TaskProcess, die_with_parent, signal_group, spec_file, start_task,
-                                              stop_processes, wait_for_groups)
+from estimator_mnist.supervise.process_group import (TaskProcess, die_with_parent, signal_group, spec_file,
+                                                     start_task, stop_processes, wait_for_groups)
 
 
 class TaskGroup:

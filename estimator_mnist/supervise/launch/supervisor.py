@@ -21,10 +21,10 @@ from typing import Dict, Iterable, List, Optional
 from estimator_mnist import checkpoints
 from estimator_mnist.config import Config, TaskId
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE
-from estimator_mnist.launch.group import TaskGroup
-from estimator_mnist.launch.monitor import Monitor
-from estimator_mnist.launch.processes import describe_exit
-from estimator_mnist.launch.report import Console
+from estimator_mnist.supervise.launch.group import TaskGroup
+from estimator_mnist.supervise.launch.monitor import Monitor
+from estimator_mnist.supervise.process_group import describe_exit
+from estimator_mnist.supervise.launch.report import Console
 
 POLL_SECS = 0.5
 
@@ -165,7 +165,7 @@ class Supervisor:
         extra = "" if self.monitor.started_since(self.group_started) else \
             " + training.session_creation_timeout_secs, while starting"
         # A task seen stopped since the last progress is the cause, also when it is no longer stopped: its own
-        # parent (task_process.py) ends a stopped TensorFlow process after the same timeout, and may have done
+        # parent (supervise/task_parent.py) ends a stopped TensorFlow process after the same timeout, and may have done
         # so a moment before this check. Seen in benchmarks/fault_campaign.py (a SIGSTOPped chief):
         # "the run stalled" named no task. Pinned by tests/unit/test_stall_culprit.py.
         stopped = sorted(task for task, seen in self.seen_stopped.items() if seen >= self.monitor.last_change)

@@ -1,9 +1,9 @@
-"""Holds a private network namespace for a local cluster: `python -m estimator_mnist.netns_holder`.
+"""Holds a private network namespace for a local cluster: `python -m estimator_mnist.supervise.netns_holder`.
 
 It enters a new network namespace, brings up its loopback interface, prints
 "ready" (or "error REASON") and then lives until its stdin closes or its
 parent dies; the launcher's tasks join the namespace through
-/proc/<this pid>/ns/net (see netns.py).
+/proc/<this pid>/ns/net (see supervise/private_network.py).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import socket
 import struct
 import sys
 
-from estimator_mnist.launch.processes import die_with_parent
-from estimator_mnist.netns import CLONE_NEWNET
+from estimator_mnist.supervise.process_group import die_with_parent
+from estimator_mnist.supervise.private_network import CLONE_NEWNET
 
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914

@@ -1,7 +1,7 @@
 """`estimator-mnist launch`: start every task of a cluster file on this machine and see the run through.
 
-Each task runs `estimator-mnist train --task T` with its own plan, in its own
-process group, with its own log. The supervisor watches them, the restart
+Each task runs `estimator-mnist train --spec FILE`, the TaskSpec the group
+wrote for it (group.py), in its own process group, with its own log. The supervisor watches them, the restart
 policy decides what a failure costs, and the report says how it went. No
 TensorFlow is imported here.
 """
@@ -13,16 +13,18 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from estimator_mnist import checkpoints, netns
+from estimator_mnist import checkpoints
 from estimator_mnist.config import Config
 from estimator_mnist.mnist_data.prepare import ERR_NOT_PREPARED, is_prepared
 from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE, UsageError
 from estimator_mnist.plan.hosts import check_local, check_ports_free
-from estimator_mnist.launch.group import TaskGroup
-from estimator_mnist.launch.monitor import Monitor
-from estimator_mnist.launch.report import Console, RunRecord, TaskRecord, build_summary, final_line, write_summary
-from estimator_mnist.launch.restarts import Restarts
-from estimator_mnist.launch.supervisor import RunFailed, Supervisor, TaskFailure
+from estimator_mnist.supervise import private_network
+from estimator_mnist.supervise.launch.group import TaskGroup
+from estimator_mnist.supervise.launch.monitor import Monitor
+from estimator_mnist.supervise.launch.report import (Console, RunRecord, TaskRecord, build_summary, final_line,
+                                                     write_summary)
+from estimator_mnist.supervise.launch.restarts import Restarts
+from estimator_mnist.supervise.launch.supervisor import RunFailed, Supervisor, TaskFailure
 
 
 def log_dir_of(config: Config, launch_time: float) -> Path:
@@ -147,7 +149,7 @@ def launch(config: Config, cluster_file: str, quiet: bool = False, out=None, com
     if step is not None and step >= config.training.max_steps and (
             final is not None or config.cluster.evaluator is None):
         return _nothing_to_do(config, cluster_file, Console(out, quiet, launch_time), step, final)
-    network, line = netns.choose_network(config, cluster_file)
+    network, line = private_network.choose_network(config, cluster_file)
     try:
         if network is None:
             check_ports_free(config.cluster, cluster_file)  # a private namespace has every port free

@@ -1,12 +1,12 @@
 """The restart budget: the one owner of restart bookkeeping, against `restart.max_restarts`. No TensorFlow.
 
 Three kinds of manager restart a job's tasks, and all count here:
-- `launch` restarts the group itself and records each incident it restarts for (launch/restarts.py);
+- `launch` restarts the group itself and records each incident it restarts for (supervise/launch/restarts.py);
 - under Kubernetes, Kubeflow's training-operator re-creates a failed pod: a fresh process each time, with
   only model_dir kept. There, the writer task (the chief, or worker 0 without one) records each of its own
   starts of the job in model_dir;
 - under Slurm, the batch script runs its step again after a 200, and records each rerun itself in
-  model_dir (slurm/reruns.py): it sees each step's outcome once, also that of a step whose writer never
+  model_dir (supervise/slurm_reruns.py): it sees each step's outcome once, also that of a step whose writer never
   started, so the tasks of a Slurm job record no starts (Job.starts_count).
 Under either cluster manager, every task started past the budget exits 1 (permanent) with one line naming
 the budget and the incidents counted.
@@ -37,7 +37,7 @@ from estimator_mnist.errors import PermanentFailure
 
 RECORD_FILE = "restart_budget.json"
 JOB_ID_ENV = "ESTIMATOR_MNIST_JOB_ID"  # `tfjob` sets it in every pod: the TFJob's namespace/name and submission
-# The operator's hosts: <job>-<type>-<index>.<namespace>.svc:<port> (cluster_env.py).
+# The operator's hosts: <job>-<type>-<index>.<namespace>.svc:<port> (plan/tf_config_source.py).
 _OPERATOR_HOST = re.compile(r"^(?P<job>[a-z0-9-]+)-(chief|master|worker|ps|evaluator)-\d+\.(?P<ns>[a-z0-9-]+)\.svc")
 
 ERR_BUDGET = ("task {task}: restart budget used up: job {job} has been restarted {count} times "
@@ -60,7 +60,7 @@ def job_of(environ: Mapping[str, str], tf_config: Optional[dict]) -> Optional[Jo
     if environ.get(JOB_ID_ENV):
         return Job(environ[JOB_ID_ENV], JOB_ID_ENV)
     if environ.get("SLURM_JOB_ID"):
-        return Job(f"slurm-{environ['SLURM_JOB_ID']}", "SLURM_JOB_ID", starts_count=False)  # slurm/reruns.py
+        return Job(f"slurm-{environ['SLURM_JOB_ID']}", "SLURM_JOB_ID", starts_count=False)  # supervise/slurm_reruns.py
     if tf_config and tf_config.get("environment") == "cloud":
         for hosts in (tf_config.get("cluster") or {}).values():
             match = _OPERATOR_HOST.match(str(hosts[0])) if hosts else None

@@ -7,7 +7,7 @@ their own that has only a loopback interface: they reach each other as
 before, and nothing outside the namespace (another machine, another
 container, another namespace of this machine) can reach their ports.
 
-The namespace is held by a helper process (netns_holder.py); each task joins it with
+The namespace is held by a helper process (supervise/netns_holder.py); each task joins it with
 setns(2) between fork and exec, so the launcher itself stays in the
 machine's network.
 """
@@ -42,8 +42,8 @@ class PrivateNetwork:
     """The helper process that holds the namespace, and the way for a child to join it."""
 
     def __init__(self):
-        self._holder = subprocess.Popen([sys.executable, "-m", "estimator_mnist.netns_holder"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self._holder = subprocess.Popen([sys.executable, "-m", "estimator_mnist.supervise.netns_holder"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         answer = self._holder.stdout.readline().strip()
         if answer != "ready":
             self.close()

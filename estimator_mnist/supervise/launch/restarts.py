@@ -13,11 +13,11 @@ from typing import List
 from estimator_mnist import checkpoints
 from estimator_mnist.config import Config, TaskId
 from estimator_mnist.plan.hosts import port_in_use
-from estimator_mnist.restart_budget import Job, RestartBudget
-from estimator_mnist.launch.group import TaskGroup
-from estimator_mnist.launch.monitor import Monitor
-from estimator_mnist.launch.report import Console
-from estimator_mnist.launch.supervisor import RunFailed, Supervisor, TaskFailure
+from estimator_mnist.supervise.restart_budget import Job, RestartBudget
+from estimator_mnist.supervise.launch.group import TaskGroup
+from estimator_mnist.supervise.launch.monitor import Monitor
+from estimator_mnist.supervise.launch.report import Console
+from estimator_mnist.supervise.launch.supervisor import RunFailed, Supervisor, TaskFailure
 
 PORT_RELEASE_SECS = 60
 
