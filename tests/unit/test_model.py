@@ -167,7 +167,8 @@ def test_the_export_normalises_as_training_did(tmp_path):
     for normalise in (True, False):
         directory = export_checkpoint(ModelConfig(normalise_inputs=normalise, weight_average_decay=0.0),
                                       estimator.latest_checkpoint(), str(tmp_path / f"export_{normalise}"))
-        exported[normalise] = tf.saved_model.load(directory).signatures["images"](images=images)["logits"].numpy()
+        signature = tf.saved_model.load(directory).signatures["images"]
+        exported[normalise] = signature(images=tf.constant(images))["logits"].numpy()
     np.testing.assert_allclose(exported[True], predicted, rtol=1e-4, atol=1e-5)
     assert not np.allclose(exported[False], predicted, atol=1e-3)
 
