@@ -11,13 +11,16 @@ warmup_cosine (estimator_mnist.tf_task.model computes it: a tenth of the peak ri
 to it over --warmup steps, then cosine to 0 at --steps). The targets are
 smoothed as model.label_smoothing does, and the score is that of the moving
 average of the weights the evaluator restores (model.weight_average_decay);
-every default is the trainer's. Seconds per step are the
+Adam's betas, dropout and the network's input normalisation are the model's
+keys of those names. Every default is the trainer's (config/schema.py), so a
+flag given is a change probed against the defaults. Seconds per step are the
 benchmark's business (keras_comparison.py); this one prints steps only:
 
-  .venv/bin/python benchmarks/schedule_probe.py --seed 1 --start 200   # the defaults: batch 512, 500 steps
-  RESULT first_992=200 final=0.9935 evaluations=[[200, 0.9923], [225, 0.9928], [250, 0.993], ...]
+  .venv/bin/python benchmarks/schedule_probe.py --seed 1 --steps 300 --start 120 --every 10  # the defaults
+  RESULT first_992=120 final=0.9945 evaluations=[[120, 0.9923], [130, 0.9927], [140, 0.9933], ...]
 
-The default run trains 2 workers x 256 = a global batch of 512.
+The default run trains 2 workers x 256 = a global batch of 512. --threads 1
+lets several seeds run side by side, one core's share each.
 """
 
 from __future__ import annotations
@@ -29,13 +32,13 @@ import sys
 from common import benchmark_parser
 from results import record_run
 from estimator_mnist.config import default_data_dir
-from estimator_mnist.config.schema import ModelConfig
+from estimator_mnist.config.schema import ModelConfig, TrainingConfig
 
 
 def parse_args(argv=None):
     parser = benchmark_parser(__doc__, not_measured=("data_dir",))
     parser.add_argument("--batch", type=int, default=512, help="global batch (workers x batch_size_per_replica)")
-    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--steps", type=int, default=TrainingConfig().max_steps)
     parser.add_argument("--lr", type=float, default=ModelConfig().learning_rate, help="peak learning rate (Adam)")
     parser.add_argument("--warmup", type=int, default=ModelConfig().warmup_steps)
     parser.add_argument("--beta1", type=float, default=ModelConfig().adam_beta1, help="Adam's beta1")
