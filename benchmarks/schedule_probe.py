@@ -17,7 +17,7 @@ flag given is a change probed against the defaults. Seconds per step are the
 benchmark's business (keras_comparison.py); this one prints steps only:
 
   .venv/bin/python benchmarks/schedule_probe.py --seed 1 --steps 300 --start 120 --every 10  # the defaults
-  RESULT first_992=120 final=0.9945 evaluations=[[120, 0.9923], [130, 0.9927], [140, 0.9933], ...]
+  RESULT first_992=120 final=... evaluations=[[120, 0.9923], [130, 0.9927], [140, 0.9933], ...]
 
 The default run trains 2 workers x 256 = a global batch of 512. --threads 1
 lets several seeds run side by side, one core's share each.
