@@ -90,11 +90,11 @@ def evaluator_gate(run_dir: str, model_dir: str, started: float, clock=time.time
 
 
 class TaskParent:
-    def __init__(self, plan: TaskPlan, session_timeout_secs: float, preemption_grace_secs: float = TrainingConfig.preemption_grace_secs,
-                 start_gate: Optional[Callable[[], bool]] = None, stall_secs: Optional[float] = LauncherConfig.stall_timeout_secs,
-                 clock=time.monotonic):
-        self.plan = plan
-        self.stall_secs, self._clock = stall_secs, clock  # None: launch watches for a stopped child instead
+    def __init__(self, plan: TaskPlan, session_timeout_secs: float,
+                 preemption_grace_secs: float = TrainingConfig.preemption_grace_secs,
+                 start_gate: Optional[Callable[[], bool]] = None,
+                 stall_secs: Optional[float] = LauncherConfig.stall_timeout_secs, clock=time.monotonic):
+        self.plan, self.stall_secs, self._clock = plan, stall_secs, clock  # stall_secs None: launch watches
         self.stopped_since: Optional[float] = None
         self.start_gate = start_gate  # the child starts once this says True
         self.session_timeout_secs = session_timeout_secs
@@ -115,8 +115,7 @@ class TaskParent:
             os.kill(self.child.pid, signum)
 
     def stopped_too_long(self) -> bool:
-        """True (the child killed, the reason logged) once the child has been stopped by a signal for stall_secs;
-        always False when stall_secs is None (launch watches)."""
+        """True (the child killed, the reason logged) once stopped by a signal for stall_secs (None: never)."""
         if self.stall_secs is None or not stopped_by_signal(self.child.pid, with_children=False):
             self.stopped_since = None
             return False
