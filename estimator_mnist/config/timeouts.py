@@ -205,7 +205,7 @@ def timeouts_markdown() -> str:
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for b in TIMEOUTS:
         lines.append(f"| `{b.name}` | {_cell(b.default)} | {_cell(b.enforcer)} | {_cell(b.phase)} | {_cell(b.fires)} "
-                     f"| {_cell(b.message and '“' + b.message + '”')} | {b.exit_code} |")
+                     f"| {_cell(b.message and '`' + b.message + ' …`')} | {b.exit_code} |")
     lines += ["", "Not bounds (nothing fires when they pass): " +
               "; ".join(f"`{k}` ({why})" for k, why in NOT_BOUNDS.items()) + "."]
     return "\n".join(lines) + "\n"
