@@ -143,6 +143,7 @@ def test_a_stopped_worker_is_a_stall_that_restarts(tmp_path, mnist_data_dir):
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
+    assert len(summary["restarts"]) == 1, summary["restarts"]
     [restart] = summary["restarts"]
     # Named, not its peers, by the launcher alone (a stall naming it, or a task stopped for stall_timeout_secs):
     # under launch the task's own parent leaves a stopped process to it (config/timeouts.py).
