@@ -14,6 +14,7 @@ from typing import List, Optional
 
 EVAL_RESULTS_FILE = "eval_results.jsonl"
 _LATEST = re.compile(r'^model_checkpoint_path:\s*"(?P<path>[^"]*)"', re.MULTILINE)
+_LISTED = re.compile(r'^(?:all_)?model_checkpoint_paths?:\s*"(?P<path>[^"]*)"', re.MULTILINE)
 _STEP = re.compile(r"-(\d+)$")
 
 
@@ -30,6 +31,18 @@ def latest_checkpoint(model_dir: str) -> Optional[str]:
     if not os.path.isabs(path):
         path = os.path.join(model_dir, path)
     return path if os.path.exists(path + ".index") else None
+
+
+def listed_steps(model_dir: str) -> Optional[List[int]]:
+    """The steps the `checkpoint` state file lists (newest and kept ones), or None when there is no state file
+    to tell (missing, unreadable, naming no checkpoint)."""
+    try:
+        with open(os.path.join(model_dir, "checkpoint"), encoding="utf-8") as handle:
+            paths = _LISTED.findall(handle.read())
+    except (OSError, UnicodeDecodeError):
+        return None
+    steps = sorted({step for step in map(step_of, paths) if step is not None})
+    return steps or None
 
 
 def step_of(checkpoint_path: Optional[str]) -> Optional[int]:
@@ -78,6 +91,19 @@ def final_of(records: List[dict], max_steps: int) -> Optional[dict]:
 def final_evaluation(model_dir: str, max_steps: int) -> Optional[dict]:
     """The evaluation of a checkpoint at or past max_steps, if the evaluator has recorded one."""
     return final_of(read_eval_results(model_dir), max_steps)
+
+
+def work_saved(model_dir: str, max_steps: int, evaluates: bool) -> Optional[str]:
+    """What of a task's work is on disk once it is all there (else None): after that, a stop loses nothing.
+
+    `evaluates`: the evaluator, and a process that evaluates itself, are done once the final evaluation (and
+    its export) is recorded; the other tasks once the final checkpoint is saved. The task's TensorFlow process
+    (tf_task/preemption.py) and its parent (task_process.py) decide 0 or 200 after a signal by it."""
+    if evaluates:
+        final = final_evaluation(model_dir, max_steps)
+        return f"the final checkpoint (step {final['global_step']}) is evaluated" if final else None
+    step = latest_step(model_dir)
+    return f"the final checkpoint (step {step}) is saved" if step is not None and step >= max_steps else None
 
 
 def wait_for_final_evaluation(model_dir: str, max_steps: int, timeout_secs: float,

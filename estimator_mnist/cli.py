@@ -12,8 +12,11 @@ import select
 import sys
 
 from estimator_mnist import commands
+from estimator_mnist.flag_types import positive as _positive
+from estimator_mnist.serve_flags import add_serve_command
 from estimator_mnist.sweep.stopping import RULES as STOP_RULES
-from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, USAGE_EXIT_CODE, UsageError
+from estimator_mnist.errors import (FAILURE_EXIT_CODE, INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE, USAGE_EXIT_CODE,
+                                    PermanentFailure, RetryableFailure, UsageError)
 
 SUPPORTED_PYTHON = ((3, 9), (3, 11))
 ERR_PYTHON = ("Python {version} is not supported: this needs Python 3.9, 3.10 or 3.11 (TensorFlow 2.15, the last "
@@ -43,16 +46,6 @@ def _paths(p, sets=True) -> None:
                             "--set tasks.worker:1.gpus=[0]; repeatable; 'estimator-mnist keys' lists the keys")
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return value
-
-
 def _model_flag(p, done: str) -> None:
     p.add_argument("--model", required=True, metavar="PATH",
                    help=f"an export directory, a model_dir or a run directory (its newest export is {done})")
@@ -69,7 +62,7 @@ def _add_model_and_kubernetes_commands(add) -> None:
     p.add_argument("--json", action="store_true", help="print JSON: the class, the probabilities and the top k")
     p.add_argument("--top-k", type=_positive, default=3, metavar="K", help="classes listed by --json (default 3)")
 
-    _add_serve_command(add)
+    add_serve_command(add, commands.cmd_serve, _model_flag)
 
     p = add("summary", commands.cmd_summary, "print the outcome of a run: status, accuracy per evaluated step, "
             "images/s, restarts, export, time to accuracy")
@@ -86,44 +79,6 @@ def _add_model_and_kubernetes_commands(add) -> None:
     p.add_argument("--namespace", default="default")
     p.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE", default=[],
                    help="override one key of the YAML, as for launch")
-
-
-def _port(text: str) -> int:
-    value = _positive(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
-    return value
-
-
-def _milliseconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 1000:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a wait from 0 to 1000 ms")
-    return value
-
-
-def _model_name(text: str) -> str:
-    if not text or "/" in text or ":" in text:  # Serving's paths take the name as [^/:]+
-        raise argparse.ArgumentTypeError(f"{text!r} cannot be a model name in a URL: no '/' or ':'")
-    return text
-
-
-def _add_serve_command(add) -> None:
-    p = add("serve", commands.cmd_serve, "answer TensorFlow Serving's REST API with the newest export, picking up "
-            "newer ones live, and show a page at / to draw digits on")
-    _model_flag(p, "served")
-    p.add_argument("--port", type=_port, default=8501, help="default 8501, as TF Serving's REST port")
-    p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only); 0.0.0.0 lets "
-                                                       "anyone who reaches the port use the model")
-    p.add_argument("--name", type=_model_name, default="mnist", help="the model's name in /v1/models/NAME")
-    p.add_argument("--max-batch-size", type=_positive, default=64, metavar="N",
-                   help="at most this many images of concurrent requests share one model call (default 64)")
-    p.add_argument("--batch-timeout-ms", type=_milliseconds, default=2.0, metavar="MS",
-                   help="how long a request waits for others to share its model call (default 2)")
-    p.add_argument("--poll-secs", type=float, default=1.0, help=argparse.SUPPRESS)  # how often to look for exports
 
 
 def _add_slurm_command(add) -> None:
@@ -256,6 +211,12 @@ def main(argv=None) -> int:
     except UsageError as exc:
         print(f"estimator-mnist: error: {exc}", file=sys.stderr)
         return USAGE_EXIT_CODE
+    except RetryableFailure as exc:  # found before any process started (a port taken under Slurm): one line
+        print(f"estimator-mnist: error: {exc}", file=sys.stderr)
+        return RETRYABLE_EXIT_CODE
+    except PermanentFailure as exc:
+        print(f"estimator-mnist: error: {exc}", file=sys.stderr)
+        return FAILURE_EXIT_CODE
     except KeyboardInterrupt:
         return INTERRUPTED_EXIT_CODE
     except BrokenPipeError:

@@ -109,6 +109,10 @@ def cmd_prepare_data(args) -> int:
     data_dir = args.data_dir
     if data_dir is None and args.cluster:
         data_dir = load(args).data_dir
+    if args.data_dir is not None:
+        from estimator_mnist.config.load import refuse_url
+
+        refuse_url(args.data_dir, "--data-dir", "data_dir")
     data_dir = os.path.abspath(os.path.expanduser(data_dir or default_data_dir()))
     log_path = os.path.join(data_dir, PREPARE_LOG)
     with contextlib.ExitStack() as quiet:

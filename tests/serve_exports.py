@@ -1,6 +1,8 @@
-"""Run as `python -m tests.serve_exports BASE EXPORTS DIGITS_FOLDER DIGITS` by tests/serve_helpers.py: stand-in
-exports with random weights (seed 1, 2, ...) written as the evaluator writes them, each newer than the one before,
-and PNG digits to send; prints the exports and the PNG files as JSON."""
+"""Run as `python -m tests.serve_exports BASE EXPORTS DIGITS_FOLDER DIGITS [--hang-first]` by tests/serve_helpers.py:
+stand-in exports with random weights (seed 1, 2, ...) written as the evaluator writes them, each newer than the one
+before, and PNG digits to send; prints the exports and the PNG files as JSON. With --hang-first, every model call
+of the first export hangs: its outputs wait on a dequeue from a queue nothing fills, which only closing its
+session (unloading it) ends, as a model call that hangs in a real graph would."""
 
 import json
 import sys
@@ -9,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 
-def export(export_base: str, seed: int) -> str:
+def export(export_base: str, seed: int, hang: bool = False) -> str:
     import tensorflow as tf
 
     from estimator_mnist.tf_model.export import signature_defs, write_saved_model
@@ -18,7 +20,8 @@ def export(export_base: str, seed: int) -> str:
     def build():
         tf.compat.v1.set_random_seed(seed)
         network = build_network("tutorial_cnn")
-        return signature_defs(lambda images: network(images, training=False))
+        never = tf.queue.FIFOQueue(1, tf.float32, shapes=[]).dequeue() if hang else 0.0
+        return signature_defs(lambda images: network(images, training=False) + never)
 
     return write_saved_model(export_base, build, lambda s: s.run(tf.compat.v1.global_variables_initializer()))
 
@@ -47,5 +50,6 @@ def digits(folder: str, count: int) -> list:
 
 if __name__ == "__main__":
     base, exports, folder, count = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-    print(json.dumps({"exports": [export(base, seed) for seed in range(1, exports + 1)],
+    hang_first = "--hang-first" in sys.argv[5:]
+    print(json.dumps({"exports": [export(base, seed, hang_first and seed == 1) for seed in range(1, exports + 1)],
                       "files": digits(folder, count)}))

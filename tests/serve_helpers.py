@@ -1,5 +1,5 @@
-"""`estimator-mnist serve` for the process and e2e tests: started on a free loopback port, waited for, stopped with
-Ctrl-C; and stand-in exports (random weights) and PNG digits, written by `python -m tests.serve_exports` in a
+"""`estimator-mnist serve` for the process and e2e tests: started on free loopback ports (REST and gRPC), waited
+for, stopped with Ctrl-C; and stand-in exports (random weights) and PNG digits, written by `python -m tests.serve_exports` in a
 process of its own so that the test process needs no TensorFlow."""
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ START_TIMEOUT_SECS = 120
 
 class Server:
     def __init__(self, model: str, *extra: str):
-        self.port = free_ports(1)[0]
+        """`extra` flags come last, so they override these: no drain delay (no load balancer to wait for)."""
+        self.port, self.grpc_port = free_ports(2)
         self.base = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen([sys.executable, "-m", "estimator_mnist", "serve", "--model", str(model),
-                                      "--port", str(self.port), *extra], cwd=REPO, stdout=subprocess.PIPE,
+                                      "--port", str(self.port), "--grpc-port", str(self.grpc_port),
+                                      "--drain-delay-secs", "0", *extra], cwd=REPO, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         self.lines: List[str] = []
         deadline = time.monotonic() + START_TIMEOUT_SECS
@@ -56,10 +58,10 @@ class Server:
             time.sleep(0.2)
         raise AssertionError(f"version {version} did not reach {state} within {timeout} s")
 
-    def stop(self, timeout: float = 60) -> int:
-        """Ctrl-C, as a user stops it; its exit code."""
+    def stop(self, timeout: float = 60, signum: int = signal.SIGINT) -> int:
+        """Ctrl-C, as a user stops it (or `signum`); its exit code."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+            self.proc.send_signal(signum)
             try:
                 rest, _ = self.proc.communicate(timeout=timeout)
                 self.lines.append(rest)
@@ -69,11 +71,14 @@ class Server:
         return self.proc.returncode
 
 
-def write_exports_and_digits(export_base: Path, exports: int, folder: Path, digits: int) -> dict:
+def write_exports_and_digits(export_base: Path, exports: int, folder: Path, digits: int,
+                             hang_first: bool = False) -> dict:
     """{"exports": [...], "files": [...]}: `exports` stand-in exports (random weights), each newer than the one
     before, in the product's format, and `digits` PNG files of drawn digits with digits.npy, the same digits as
-    MNIST floats [N,28,28,1]. One process, so that TensorFlow starts once."""
+    MNIST floats [N,28,28,1]; with `hang_first`, every model call of the first export hangs until it is unloaded.
+    One process, so that TensorFlow starts once."""
     out = subprocess.run([sys.executable, "-m", "tests.serve_exports", str(export_base), str(exports), str(folder),
-                          str(digits)], cwd=REPO, capture_output=True, text=True, timeout=300)
+                          str(digits)] + (["--hang-first"] if hang_first else []), cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -7,6 +7,7 @@ second and before any process starts.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -20,6 +21,19 @@ from estimator_mnist.config.values import ERR_MISSING_KEY, ERR_TYPE, as_mapping,
 ERR_UNREADABLE = "{file}: cannot read the cluster file ({reason}); pass an existing YAML file with --cluster"
 ERR_PATH = "{file}: {key} {path!r} cannot be used as a path ({reason}); choose another"
 ERR_NOT_YAML = "{file}: not valid YAML ({reason}); fix the syntax at the place named"
+ERR_URL = ("{file}: {key} {path!r} is a URL ({scheme}://), which this product does not read or write: it would "
+           "become a local folder on each host; give a path on a shared POSIX file system (NFS, Lustre, a "
+           "ReadWriteMany volume), the storage that works today")
+# scheme://... as TensorFlow's file systems name them (gs://, s3://, hdfs://, file://): RFC 3986's scheme syntax.
+_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def refuse_url(value: str, file: str, key: str) -> None:
+    """One line (UsageError) for a path given as a URL: the launcher, the task parents, Slurm's reruns, sweeps
+    and serve read model_dir without TensorFlow, through the local file system only."""
+    match = _URL.match(value)
+    if match:
+        raise UsageError(ERR_URL.format(file=file, key=key, path=value, scheme=match["scheme"]))
 
 
 def _resolve_path(value, file, key, default) -> str:
@@ -27,6 +41,7 @@ def _resolve_path(value, file, key, default) -> str:
         value = default
     if not isinstance(value, str) or not value or "\x00" in value:  # no file name holds a NUL
         raise UsageError(ERR_TYPE.format(file=file, key=key, expected="a path", got=value))
+    refuse_url(value, file, key)
     # Relative paths are taken from the directory the command runs in, so that
     # the launcher and the tasks it starts (same cwd) agree on them.
     try:

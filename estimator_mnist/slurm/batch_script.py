@@ -5,12 +5,15 @@ The script asks for one Slurm task per cluster task and starts them all as one
 each task finds its role from Slurm's environment (plan/slurm_source.py). Around the
 step it keeps the exit contract (errors.py):
 - 0 ends the job; 1 and 2 end it with that code and one line saying so;
-- 200 (retryable) runs the step again, which resumes from the last checkpoint,
-  at most restart.max_restarts times in one job, as the job's restart budget
-  counts them (supervise/slurm_reruns.py; the one record of restarts, supervise/restart_budget.py);
+- 200 (retryable) runs the step again, which resumes from the last checkpoint:
+  a preemption never counts, failures count as restart.max_restarts failures
+  in a row without a newer checkpoint (supervise/slurm_reruns.py; the one record of restarts,
+  supervise/restart_budget.py);
 - a SIGTERM to the batch shell (`--signal=B:TERM@N` before a time limit,
   preemption, `scancel --batch --signal=TERM`) stops the step at one saved
-  step (the tasks' SIGTERM path), then requeues the job, which resumes.
+  step (the tasks' SIGTERM path), then requeues the job, which resumes, when
+  the step's code is retryable (200, or a task ended by a signal); a step
+  that ended 0, 1 or 2 as the signal came ends the job with its code.
 srun reports a task's own code only in its messages ("task 2: Exited with exit
 code 2"): with --kill-on-bad-exit the others are ended by a signal and srun's
 status is theirs, so the script reads the tasks' codes from those lines.
@@ -104,6 +107,6 @@ def render(config: Config, file: str, overrides: Sequence[str], options: SbatchO
         file=file, directives="\n".join(_directives(config, name, options)),
         python=shlex.quote(python),
         args=" ".join(shlex.quote(a) for a in args), run_dir=shlex.quote(paths["run_dir"]),
-        data_dir=shlex.quote(paths["data_dir"]), ntasks=len(tasks),
+        data_dir=shlex.quote(paths["data_dir"]), ntasks=len(tasks), max_restarts=config.restart.max_restarts,
         ranks=", ".join(f"rank {r} {t}" for r, t in enumerate(tasks)),
         prepare=PREPARE_SHARED if options.data_shared else PREPARE_EACH)

@@ -9,6 +9,9 @@ BODY = """\
 # as for any run on several machines: the chief writes the checkpoints that the evaluator and a rerun read,
 # and every task writes its progress there. The YAML and this Python must be at the same paths on every node.
 # Ranks take the roles in this order (block distribution): {ranks}.
+# Restarts: a step that exits 200 runs again from the last checkpoint. A preemption (the tasks asked to stop,
+# the checkpoint of their stop step saved) never counts; restart.max_restarts ({max_restarts}) bounds the
+# failures in a row without a newer checkpoint, then the job ends with 1 (model_dir/restart_budget.json).
 set -u
 PY=({python})
 EM=("${{PY[@]}}" -m estimator_mnist)
@@ -48,11 +51,17 @@ requeue() {{
   exit 200
 }}
 
+# Ports: where slurm.conf reserves ports (MpiParams=ports=...), each step gets its own from Slurm, the same on
+# every node and held by no other step there; elsewhere the tasks hash them from the job and step
+# (train checks its port is free before TensorFlow starts; a taken one is 200, and the rerun chooses again).
+RESV=()
+if scontrol show config 2>/dev/null | grep -Eq '^MpiParams[[:space:]]*=.*ports='; then RESV=(--resv-ports={ntasks}); fi
+
 reruns=0  # this run of the job's, for the log names; the restart budget counts them (model_dir/restart_budget.json)
 while :; do
   [ "$stop" -eq 1 ] && requeue "before the step started"
   attempt="${{SLURM_RESTART_COUNT:-0}}.$reruns"
-  srun --kill-on-bad-exit=1 --ntasks={ntasks} --distribution=block --output="$LOGS/rank-%t.log" \\
+  srun --kill-on-bad-exit=1 --ntasks={ntasks} --distribution=block "${{RESV[@]}}" --output="$LOGS/rank-%t.log" \\
     "${{EM[@]}}" train "${{TRAIN_ARGS[@]}}" 2>"$LOGS/srun-$attempt.err" &
   step=$!
   "${{PY[@]}}" -m estimator_mnist.supervise.slurm_step "${{TRAIN_ARGS[@]}}" --pid "$step" &  # launch's lines
@@ -67,10 +76,14 @@ while :; do
   wait "$progress"
   cat "$LOGS/srun-$attempt.err" >&2
   code=$(task_code "$LOGS/srun-$attempt.err" "$status")
-  [ "$stop" -eq 1 ] && requeue "the step's tasks stopped with $code"
+  # Requeued after a signal only when the step's code is retryable (200, or a task ended by a signal): a step
+  # that finished (0) or failed for good (1, 2) as the signal came ends the job with its code.
+  [ "$stop" -eq 1 ] && [ "$code" -eq 200 ] && requeue "the step's tasks stopped with $code"
+  [ "$stop" -eq 1 ] && say "signalled (preemption, time limit or scancel --batch), but the step's code is $code: not requeued"
   case "$code" in
     0) say "done: the step's tasks all exited 0"; exit 0 ;;
-    200)  # counted against restart.max_restarts by the job's restart budget: past it, one line and exit 1
+    200)  # a preemption (its stop step saved) never counts; a failure counts against restart.max_restarts as
+          # failures in a row without a newer checkpoint (supervise/restart_budget.py): past them, one line and exit 1
       "${{PY[@]}}" -m estimator_mnist.supervise.slurm_reruns "${{TRAIN_ARGS[@]}}" || exit $?
       reruns=$((reruns + 1)) ;;
     *) say "error: a task exited $code; the job ends with it; see $LOGS"; exit "$code" ;;

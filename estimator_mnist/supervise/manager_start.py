@@ -9,7 +9,7 @@ from typing import Mapping
 from estimator_mnist import checkpoints
 from estimator_mnist.errors import PermanentFailure
 from estimator_mnist.plan.resolved_task import ResolvedTask
-from estimator_mnist.supervise.restart_budget import check_start, job_of
+from estimator_mnist.supervise.restart_budget import budget_line, check_start, job_of
 
 
 def start_allowed(resolved: ResolvedTask, environ: Mapping[str, str]) -> bool:
@@ -28,7 +28,6 @@ def start_allowed(resolved: ResolvedTask, environ: Mapping[str, str]) -> bool:
         print(f"estimator-mnist: error: {exc}", file=sys.stderr, flush=True)
         return False
     if incident is not None:
-        print(f"estimator-mnist: restart {incident['number']}/{config.restart.max_restarts} of job {job.key} "
-              f"({incident['what']}); the record: {config.model_dir}/restart_budget.json",
-              file=sys.stderr, flush=True)
+        print(f"estimator-mnist: {budget_line(incident, job.key, config.restart.max_restarts)}; the record: "
+              f"{config.model_dir}/restart_budget.json", file=sys.stderr, flush=True)
     return True

@@ -8,6 +8,9 @@ once; and it counts also a step whose writer task never started (srun failed to 
 kept by the tasks would miss. A requeue keeps SLURM_JOB_ID and model_dir, so the count carries across it;
 a job submitted again starts with a fresh budget.
 
+A step that exited 200 because its tasks were asked to stop (`scancel --signal=TERM`, a preemption) and saved
+the checkpoint of their stop step is a preemption, never an incident; any other 200 is a failure, counted
+against restart.max_restarts as failures in a row without a newer checkpoint (restart_budget.py has the rule).
 Within the budget it prints the rerun's line and exits 0, and the script runs the step again; past it, one
 line naming the budget and the incidents counted, and exit 1, which ends the job with 1.
 """
@@ -17,32 +20,47 @@ from __future__ import annotations
 import os
 import sys
 
-from estimator_mnist.errors import USAGE_EXIT_CODE, UsageError
-from estimator_mnist.supervise.restart_budget import RECORD_FILE, RestartBudget, describe, job_of
+from estimator_mnist.checkpoints import latest_step
+from estimator_mnist.errors import USAGE_EXIT_CODE, PermanentFailure, UsageError
+from estimator_mnist.preemption_mark import take_mark
+from estimator_mnist.supervise.restart_budget import RECORD_FILE, RestartBudget, budget_line, describe, job_of
 from estimator_mnist.supervise.slurm_step import config_of, train_args_parser
 
 INCIDENT = "step exited 200"
 ERR_NO_JOB = "SLURM_JOB_ID is not set: the batch script runs under sbatch, which sets it; submit the script with sbatch"
-ERR_SPENT = ("the step exited 200 (retryable) again, and the restart budget is used up: job {job} has been restarted "
-             "{count} times (restart.max_restarts={limit}): {incidents}; a fault keeps coming back, so the job ends "
-             "with 1: read the task logs in {logs}, fix the cause, then submit the job again (a new job starts with "
-             "a fresh budget)")
+ERR_SPENT = ("the step exited 200 (retryable) again, and the restart budget is used up: job {job} failed {count} times "
+             "in a row without a newer checkpoint (restart.max_restarts={limit}): {incidents}; a fault keeps coming "
+             "back, so the job ends with 1: read the task logs in {logs}, fix the cause, then submit the job again "
+             "(a new job starts with a fresh budget)")
 
 
 def rerun(config, environ) -> tuple:
-    """(exit code, line) for a step that exited 200: 0 to run it again, 1 past the budget."""
+    """(exit code, line) for a step that exited 200: 0 to run it again, 1 past the budget (or with its record
+    and the record's copy both unreadable). A step stopped by a preemption, its stop step saved, is no
+    incident (preemption_mark.py)."""
     job = job_of(environ, None)
     if job is None:
         return USAGE_EXIT_CODE, f"error: {ERR_NO_JOB}"
-    budget = RestartBudget(job, config.restart.max_restarts, config.model_dir)
-    incident = budget.record_incident(INCIDENT, requeues=int(environ.get("SLURM_RESTART_COUNT") or 0))
+    try:
+        budget = RestartBudget(job, config.restart.max_restarts, config.model_dir, log=lambda line: print(
+            f"estimator-mnist: {line}", flush=True))
+    except PermanentFailure as exc:
+        return 1, f"error: {exc}"
+    latest = latest_step(config.model_dir)
+    mark = take_mark(config.model_dir, latest)
+    if mark is not None:
+        event = budget.record_preemption(mark, latest)
+        budget.note_restored(latest)
+        return 0, (f"the step exited 200 (retryable): {budget_line(event, job.key, budget.max_restarts)}; running "
+                   "it again from that checkpoint")
+    incident = budget.record_failure(INCIDENT, latest, requeues=int(environ.get("SLURM_RESTART_COUNT") or 0))
+    budget.note_restored(latest)  # what the rerun restores, whether or not its writer gets as far as counting
     if budget.exhausted:
         logs = os.path.join(config.run_dir, "logs", f"slurm-{environ['SLURM_JOB_ID']}")
-        return 1, "error: " + ERR_SPENT.format(job=job.key, count=len(budget.incidents),
-                                                limit=budget.max_restarts, incidents=describe(budget.incidents),
-                                                logs=logs)
-    return 0, (f"the step exited 200 (retryable): restart {incident['number']}/{budget.max_restarts} of job "
-               f"{job.key} from the last checkpoint; the record: {os.path.join(config.model_dir, RECORD_FILE)}")
+        return 1, "error: " + ERR_SPENT.format(job=job.key, count=budget.streak, limit=budget.max_restarts,
+                                                incidents=describe(budget.in_a_row), logs=logs)
+    return 0, (f"the step exited 200 (retryable): {budget_line(incident, job.key, budget.max_restarts)}; running it "
+               f"again from the last checkpoint; the record: {os.path.join(config.model_dir, RECORD_FILE)}")
 
 
 def main(argv=None) -> int:

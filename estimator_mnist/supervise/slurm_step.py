@@ -21,6 +21,7 @@ from typing import Dict
 from estimator_mnist import checkpoints
 from estimator_mnist.config import load_config
 from estimator_mnist.files import write_json_atomic
+from estimator_mnist.errors import PermanentFailure
 from estimator_mnist.supervise.launch.monitor import Monitor
 from estimator_mnist.supervise.launch.report import SUMMARY_FILE, Console
 from estimator_mnist.progress import read_progress
@@ -56,7 +57,10 @@ def write_summary(config, cluster_file: str, environ=None) -> None:
     restarts are the job's reruns so far, from the restart budget's record (reruns.py)."""
     environ = os.environ if environ is None else environ
     job = job_of(environ, None)
-    reruns = RestartBudget(job, config.restart.max_restarts, config.model_dir).incidents if job else []
+    try:
+        reruns = RestartBudget(job, config.restart.max_restarts, config.model_dir).incidents if job else []
+    except PermanentFailure:
+        reruns = []  # both copies unreadable: the reruns' own line says so, and how to reset
     final = checkpoints.final_of(checkpoints.read_eval_results(config.model_dir), config.training.max_steps)
     step = checkpoints.latest_step(config.model_dir)
     write_json_atomic(Path(config.run_dir, SUMMARY_FILE), {

@@ -14,7 +14,9 @@ The parent exists so that a task always ends with a code of the exit table
   after SIGTERM or 130 after Ctrl-C when work was left, its real outcome
   otherwise (0 once its work is saved, 2 for bad input found meanwhile;
   preemption.py). The parent passes that code through. A child the parent
-  had to kill ends with the stop signal's code (200 or 130).
+  had to kill after its grace ends with 0 if its work was already saved
+  (its final checkpoint; for the evaluator, its final evaluation:
+  checkpoints.work_saved), else with the stop signal's code (200 or 130).
 - a child stopped by a signal (SIGSTOP, a debugger) for
   `launcher.stall_timeout_secs` is ended and the task exits 200, naming
   itself: its peers only wait for it (a stopped process's kernel still
@@ -46,7 +48,7 @@ from typing import Callable, List, Optional
 from estimator_mnist import checkpoints
 from estimator_mnist.config import timeouts
 from estimator_mnist.config.schema import LauncherConfig, TrainingConfig
-from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE
+from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE, SUCCESS_EXIT_CODE
 from estimator_mnist.supervise.process_group import describe_exit, die_with_parent, stopped_by_signal
 from estimator_mnist.plan.peers import describe_missing, missing_peers, peers_of
 from estimator_mnist.progress import FRESH_SECS, read_progress
@@ -93,16 +95,17 @@ class TaskParent:
     def __init__(self, plan: TaskPlan, session_timeout_secs: float,
                  preemption_grace_secs: float = TrainingConfig.preemption_grace_secs,
                  start_gate: Optional[Callable[[], bool]] = None,
-                 stall_secs: Optional[float] = LauncherConfig.stall_timeout_secs, clock=time.monotonic):
-        self.plan, self.stall_secs, self._clock = plan, stall_secs, clock  # stall_secs None: launch watches
+                 stall_secs: Optional[float] = LauncherConfig.stall_timeout_secs, clock=time.monotonic,
+                 saved: Callable[[], Optional[str]] = lambda: None):
+        self.plan, self.saved = plan, saved  # saved(): what of the task's work is on disk once all is, else None
+        self.stall_secs, self._clock = stall_secs, clock  # stall_secs None: launch watches
         self.stopped_since: Optional[float] = None
-        self.start_gate = start_gate  # the child starts once this says True
-        self.session_timeout_secs = session_timeout_secs
+        # The child starts once start_gate says True; its session must form within session_timeout_secs.
+        self.start_gate, self.session_timeout_secs = start_gate, session_timeout_secs
         # The child stops by itself within its grace period after SIGTERM; this is the backstop.
         self.sigterm_grace_secs = preemption_grace_secs + timeouts.SIGTERM_BACKSTOP_SECS
         self.child: Optional[subprocess.Popen] = None
-        self.stop_signal: Optional[int] = None
-        self.stop_requested_at: Optional[float] = None
+        self.stop_signal, self.stop_requested_at = None, None  # the first stop signal's number and time.monotonic()
 
     def _on_signal(self, signum, _frame) -> None:
         now = time.monotonic()
@@ -184,8 +187,13 @@ class TaskParent:
         """The task's code on the exit table: the child's own, or 200 (130) for a child that died of a signal."""
         if returncode >= 0:
             return returncode
-        if self.stop_signal is not None:
-            return self.stop_code()  # killed by this process after its grace period, or by the group's signal
+        if self.stop_signal is not None:  # killed by this process after its grace period, or by the group's signal
+            saved = self.saved()
+            if saved:
+                log(f"task {self.plan.task}: its TensorFlow process was ended after the stop signal, but {saved}: "
+                    f"nothing is lost; exiting with {SUCCESS_EXIT_CODE}")
+                return SUCCESS_EXIT_CODE
+            return self.stop_code()
         log(f"task {self.plan.task}: its TensorFlow process was {describe_exit(returncode)}; exiting with "
             f"{RETRYABLE_EXIT_CODE} (retryable) so that a restart resumes from the last checkpoint")
         return RETRYABLE_EXIT_CODE
@@ -247,6 +255,8 @@ def run_task_process(spec: TaskSpec) -> int:
     gate = evaluator_gate(config.run_dir, config.model_dir, started=time.time()) if plan.starts_after_trainers else None
     ready_read, ready_write = os.pipe()
     parent = TaskParent(plan, config.training.session_creation_timeout_secs, config.training.preemption_grace_secs,
-                        gate, stopped_child_limit(spec))
+                        gate, stopped_child_limit(spec),
+                        saved=lambda: checkpoints.work_saved(config.model_dir, config.training.max_steps,
+                                                             plan.task.is_evaluator or plan.evaluates_itself))
     return parent.run(child_command(ready_write), ready_write, ready_read, spec_environment(os.environ),
                       spec.to_json().encode())

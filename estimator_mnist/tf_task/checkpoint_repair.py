@@ -16,18 +16,29 @@ the newest listed checkpoint intact and agree on it. The check reads the
 newest listed checkpoint whole with TensorFlow's own reader, which checks each
 tensor's checksum.
 
-A damaged checkpoint is moved, never deleted, into `model_dir/damaged/`.
+A damaged checkpoint is moved, never deleted, into `model_dir/damaged/`. Only damage moves one: a checksum
+mismatch, a truncated file, an unparsable index (DataLoss and its kin). A read the storage refuses or fails
+says nothing about the checkpoint, and moving an intact newest checkpoint aside would send training back,
+possibly to step 0: PermissionDenied is permanent (exit 1, one line naming the path); NotFound (an NFS
+client's stale view) and other transient errors are read again READ_ATTEMPTS times, then the task exits 200
+naming the path, and nothing is moved. The lock is model_dir_lock.py's (flock, or a lock file where the file
+system has no flock).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import glob
 import os
 import re
 import shutil
+import time
+from dataclasses import dataclass
 from typing import Callable, List, Optional
+
+from estimator_mnist.config import timeouts
+from estimator_mnist.errors import PermanentFailure, RetryableFailure
+from estimator_mnist.tf_task.model_dir_lock import exclusive
 
 DAMAGED_DIR = "damaged"
 LOCK_FILE = ".checkpoint-check.lock"
@@ -37,11 +48,50 @@ MSG_RESUME = "training resumes from {path}, the newest intact checkpoint"
 MSG_NONE_LEFT = "no intact checkpoint is left, so training starts again from step 0"
 MSG_STATE_UNREADABLE = ("the checkpoint state file {path} is unreadable ({problem}); rebuilt it from the checkpoint "
                         "files in {model_dir}")
+ERR_DENIED = ("cannot read checkpoint {path}: permission denied ({problem}); it was not moved: give this task's "
+              "user read access to model_dir and its files (or run the tasks as the user that wrote them), then "
+              "start the task again")
+ERR_UNAVAILABLE = ("cannot read checkpoint {path} after {attempts} attempts ({problem}); it was not moved: the "
+                   "storage failed to serve it, not the checkpoint; exiting with 200 (retryable) so that a restart "
+                   "reads it again")
+READ_ATTEMPTS, READ_RETRY_SECS = 3, timeouts.CHECKPOINT_READ_RETRY_SECS
+DAMAGED, DENIED, UNAVAILABLE, GONE = "damaged", "permission denied", "unavailable", "gone"
+MSG_GONE = "checkpoint {path} is listed but none of its files is there (moved away by hand?); {outcome}"
 _PROBLEM_CHARS = 200
 _STEP = re.compile(r"-(\d+)\.index$")
 
 
-def verify_checkpoint(path: str) -> Optional[str]:
+@dataclass(frozen=True)
+class Problem:
+    """Why a checkpoint could not be read: `kind` is DAMAGED, DENIED or UNAVAILABLE."""
+
+    kind: str
+    text: str
+
+
+# What TensorFlow's checkpoint reader says of damage. TF 2.15's py_checkpoint_reader turns most of the C++
+# reader's errors into a bare OpError (code UNKNOWN), a permission denied included ("X.index; Permission
+# denied"), so the class alone cannot tell them apart: the text does (tests/unit/test_checkpoint_repair.py,
+# test_what_the_reader_says_is_told_apart, reads each from real files).
+DAMAGE_TEXTS = ("Checksum does not match", "not an sstable", "Perhaps the file is corrupt", "Read less bytes than "
+                "requested", "Data loss", "corrupted", "truncated")
+DENIED_TEXTS = ("Permission denied",)
+
+
+def kind_of(exc: BaseException) -> str:
+    """Damage, a refusal, or a storage failure, by the error TensorFlow's reader raised."""
+    import tensorflow as tf
+
+    text = str(exc)
+    if isinstance(exc, (tf.errors.PermissionDeniedError, PermissionError)) or any(t in text for t in DENIED_TEXTS):
+        return DENIED
+    if isinstance(exc, (tf.errors.DataLossError, tf.errors.OutOfRangeError, IndexError)) or \
+            any(t in text for t in DAMAGE_TEXTS):
+        return DAMAGED
+    return UNAVAILABLE  # NotFound, Unavailable, Aborted, an I/O error: the storage, not the checkpoint
+
+
+def verify_checkpoint(path: str) -> Optional[Problem]:
     """Why the checkpoint at prefix `path` cannot be restored, or None: every tensor is read, checksums checked."""
     import tensorflow as tf
 
@@ -51,20 +101,25 @@ def verify_checkpoint(path: str) -> Optional[str]:
             reader.get_tensor(name)
     # py_checkpoint_reader raises OpError for an unreadable index or a checksum mismatch, IndexError for a
     # data file shorter than its index says (TF 2.15: "Read less bytes than requested"), ValueError for no files.
-    except (tf.errors.OpError, IndexError, ValueError) as exc:
+    except (tf.errors.OpError, IndexError, ValueError, OSError) as exc:
         text = " ".join(str(exc).split()) or type(exc).__name__
-        return text[:_PROBLEM_CHARS]
+        return Problem(kind_of(exc), text[:_PROBLEM_CHARS])
     return None
 
 
-@contextlib.contextmanager
-def _exclusive(model_dir: str):
-    with open(os.path.join(model_dir, LOCK_FILE), "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def checked(path: str, verify: Callable[[str], Optional[Problem]], sleep=time.sleep) -> Optional[Problem]:
+    """verify(path), read again after a storage failure; a refusal or a lasting failure raises its one line."""
+    for attempt in range(1, READ_ATTEMPTS + 1):
+        problem = verify(path)
+        if problem is None or problem.kind == DAMAGED:
+            return problem
+        if problem.kind == DENIED:
+            raise PermanentFailure(ERR_DENIED.format(path=path, problem=problem.text))
+        if attempt < READ_ATTEMPTS:
+            sleep(READ_RETRY_SECS)
+    if not glob.glob(glob.escape(path) + ".*"):  # still no file of it: taken away, not a storage failure
+        return Problem(GONE, problem.text)
+    raise RetryableFailure(ERR_UNAVAILABLE.format(path=path, attempts=READ_ATTEMPTS, problem=problem.text))
 
 
 def _absolute(model_dir: str, path: str) -> str:
@@ -125,22 +180,25 @@ def _write_state(model_dir: str, newest: Optional[str], paths: List[str]) -> Non
 
 
 def fall_back_to_intact(model_dir: str, log: Callable[[str], None],
-                        verify: Callable[[str], Optional[str]] = verify_checkpoint) -> Optional[str]:
-    """Makes the newest intact checkpoint the one Estimator restores; returns it (None: no checkpoint)."""
+                        verify: Callable[[str], Optional[Problem]] = verify_checkpoint,
+                        sleep=time.sleep) -> Optional[str]:
+    """Makes the newest intact checkpoint the one Estimator restores; returns it (None: no checkpoint).
+    Raises PermanentFailure or RetryableFailure (checked) before moving anything, when the storage fails."""
     if not os.path.isdir(model_dir):
         return None
-    with _exclusive(model_dir):
+    with exclusive(os.path.join(model_dir, LOCK_FILE), log):
         paths, rewrite = _listed(model_dir, log)
         damaged, intact = [], None
         for path in reversed(paths):
-            problem = verify(path)
+            problem = checked(path, verify, sleep)
             if problem is None:
                 intact = path
                 break
             damaged.append((path, problem))
         outcome = MSG_RESUME.format(path=intact) if intact else MSG_NONE_LEFT
         for path, problem in damaged:
-            log(MSG_DAMAGED.format(path=path, problem=problem, moved=move_aside(model_dir, path), outcome=outcome))
+            log(MSG_GONE.format(path=path, outcome=outcome) if problem.kind == GONE else
+                MSG_DAMAGED.format(path=path, problem=problem.text, moved=move_aside(model_dir, path), outcome=outcome))
         if damaged or rewrite:
             gone = {path for path, _ in damaged}
             _write_state(model_dir, intact, [p for p in paths if p not in gone])

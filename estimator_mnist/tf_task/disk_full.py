@@ -52,12 +52,17 @@ def checkpoint_bytes(prefix: Optional[str]) -> int:
 
 
 def remove_partial_writes(model_dir: str) -> list:
-    """Removes what an interrupted save or export left in model_dir; the listed checkpoints are never touched."""
-    newest = checkpoints.latest_step(model_dir) or -1
+    """Removes what an interrupted save or export left in model_dir: TensorFlow's `_temp` folders and files, and
+    a checkpoint newer than every one the state file lists. A listed checkpoint (step 0 included) is never
+    touched, and without a state file to tell which are complete, no checkpoint is."""
+    listed = checkpoints.listed_steps(model_dir)
     removed = []
     for name in os.listdir(model_dir) if os.path.isdir(model_dir) else []:
         match = _CHECKPOINT_STEP.match(name)
-        if match and ("_temp" in name or int(match.group(1)) > newest):
+        if not match:
+            continue
+        step = int(match.group(1))
+        if "_temp" in name or (listed is not None and step not in listed and step > max(listed)):
             removed.append(os.path.join(model_dir, name))
     removed += glob.glob(os.path.join(glob.escape(model_dir), "export", "*", "temp-*"))
     for path in removed:

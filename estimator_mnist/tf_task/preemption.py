@@ -22,6 +22,7 @@ that, Ctrl-C is 130 as always (KeyboardInterrupt, cli.py).
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -32,6 +33,7 @@ import tensorflow as tf
 from estimator_mnist import checkpoints
 from estimator_mnist.config.schema import TrainingConfig
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, SUCCESS_EXIT_CODE
+from estimator_mnist.preemption_mark import MARK_FILE, write_mark
 from estimator_mnist.tf_task.hooks import log
 from estimator_mnist.tf_task.teardown import exit_now
 
@@ -40,16 +42,31 @@ FLAGS, COUNTERS, READS = "estimator_mnist_preemption_flags", "estimator_mnist_pr
 REPEAT_SECS = 2.0  # a SIGTERM this soon after the first is the same request (sent to the group and forwarded)
 
 
-def work_saved(model_dir: str, max_steps: int, evaluates: bool) -> Optional[str]:
-    """What of this task's work is on disk once it is all there (else None): after that, a stop loses nothing.
+def _stop_saved(model_dir: str, step: int, marked: bool) -> bool:
+    latest = checkpoints.latest_step(model_dir)
+    if latest is None or latest < step:
+        return False
+    return not marked or latest > step or os.path.exists(os.path.join(model_dir, MARK_FILE))
 
-    `evaluates`: the evaluator, and a process that evaluates itself, are done once the final evaluation (and
-    its export) is recorded; the other tasks once the final checkpoint is saved."""
-    if evaluates:
-        final = checkpoints.final_evaluation(model_dir, max_steps)
-        return f"the final checkpoint (step {final['global_step']}) is evaluated" if final else None
-    step = checkpoints.latest_step(model_dir)
-    return f"the final checkpoint (step {step}) is saved" if step is not None and step >= max_steps else None
+
+def wait_for_stop_checkpoint(preemption: "Preemption", model_dir: str, secs: float, sleep=time.sleep,
+                             clock=time.monotonic, marked: bool = False) -> None:
+    """Until the chief's checkpoint of the stop step is on disk, at most `secs`. Every trainer waits for it
+    before it exits: under srun --kill-on-bad-exit a task that exits 200 first has the others signalled again,
+    and a second SIGTERM ends the chief at once, its save of the stop step cut short (a real Slurm run on 2
+    busy cores); the stop then lost the step, and the restart budget counted it as a failure. `marked`: the
+    trainers other than the chief wait for its mark too (mark_if_saved), written just after the checkpoint."""
+    deadline = clock() + secs
+    while clock() < deadline and not _stop_saved(model_dir, preemption.stopped_at_step, marked):
+        sleep(0.2)
+
+
+def mark_if_saved(preemption: "Preemption", model_dir: str) -> None:
+    """The writer's mark (preemption_mark.py): asked to stop, its stop step saved, so the restart budget counts
+    no incident for it. Written by whichever path ends the chief first: the hook's thread or run_trainer."""
+    step = preemption.stopped_at_step
+    if step is not None and checkpoints.latest_step(model_dir) == step:
+        write_mark(model_dir, step, preemption.task)
 
 
 class Preemption:
@@ -175,8 +192,9 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
     def _exit_when_saved(self) -> None:
         """Closing the session may block on peers that already left (TF 2.15, as at the end of training):
         once the chief's checkpoint of the stop step is on disk, exit after the teardown timeout."""
-        step = self._preemption.stopped_at_step
-        while self._is_chief and (checkpoints.latest_step(self._model_dir) or -1) < step:
-            time.sleep(0.2)
+        wait_for_stop_checkpoint(self._preemption, self._model_dir, self._preemption.grace_secs,
+                                 marked=not self._is_chief)
+        if self._is_chief:
+            mark_if_saved(self._preemption, self._model_dir)
         time.sleep(self._teardown_secs)
         self._preemption.exit_after_stop(checkpoints.latest_checkpoint(self._model_dir))

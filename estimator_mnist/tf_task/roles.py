@@ -20,6 +20,7 @@ from estimator_mnist.errors import RETRYABLE_NOTE, PermanentFailure, RetryableFa
 from estimator_mnist.tf_task.evaluator import evaluate_checkpoints
 from estimator_mnist.tf_task.hooks import log
 from estimator_mnist.tf_task.ps_done import PsDoneWatcher, serve_until_done, signal_done
+from estimator_mnist.tf_task.preemption import mark_if_saved, wait_for_stop_checkpoint
 from estimator_mnist.plan.task_plan import TaskPlan
 from estimator_mnist.tf_task.tf_workarounds import poll_for_ready_model_quickly, remove_collective_scratch
 
@@ -98,7 +99,11 @@ def run_trainer(config: Config, plan: TaskPlan, estimator, train_spec, eval_spec
         tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
     finish_training(config, plan)
     if preemption is not None and preemption.stopped_at_step is not None:
-        # The chief's checkpoint saver wrote the stop step as training ended.
+        # The chief's checkpoint saver wrote the stop step as training ended; the others wait for it.
+        wait_for_stop_checkpoint(preemption, config.model_dir, config.training.preemption_grace_secs,
+                                 marked=not plan.is_chief)
+        if plan.is_chief:
+            mark_if_saved(preemption, config.model_dir)
         raise RetryableFailure(f"{preemption.describe_stop(checkpoints.latest_checkpoint(config.model_dir))}; "
                                f"{RETRYABLE_NOTE}")
     if plan.waits_for_evaluation:

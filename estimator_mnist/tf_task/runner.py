@@ -27,7 +27,7 @@ from estimator_mnist.tf_task.evaluator import exporter
 from estimator_mnist.tf_task.hooks import ProgressHook, ReadyHook, ThroughputSummaryHook, VariablePlacementHook, log
 from estimator_mnist.tf_task.model import model_fn
 from estimator_mnist.plan.peers import cause_of, missing_peers, named_in, peers_of
-from estimator_mnist.tf_task.preemption import Preemption, PreemptionHook, work_saved
+from estimator_mnist.tf_task.preemption import Preemption, PreemptionHook
 from estimator_mnist.progress import ProgressWriter, fresh_rates, progress_path
 from estimator_mnist.tf_task.roles import DoneSignalHook, finish_training, run_evaluator, run_ps, run_trainer
 from estimator_mnist.tf_task.step_watchdog import StepWatchdogHook
@@ -214,8 +214,8 @@ def run_task(spec: TaskSpec, priority: str = "unchanged", ready_fd=None) -> int:
     _configure_logging(task)
     preemption = Preemption(str(task), config.training.preemption_grace_secs, graceful=task.is_trainer,
                             # A process that evaluates itself has more to do after its final checkpoint.
-                            saved=lambda: work_saved(config.model_dir, config.training.max_steps,
-                                                     evaluates=task.is_evaluator or plan.evaluates_itself))
+                            saved=lambda: checkpoints.work_saved(config.model_dir, config.training.max_steps,
+                                                                 evaluates=task.is_evaluator or plan.evaluates_itself))
     preemption.install()
     bound_session_recreation(config.training.session_creation_timeout_secs)
     bound_close_after_an_error(config.training.teardown_timeout_secs, TRANSIENT_ERRORS,

@@ -29,6 +29,9 @@ PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 NODES = {"n1": "a", "n2": "b"}  # Slurm's node name: its SimulatedHosts host
 CPUS_PER_NODE = 4  # declared (SlurmdParameters=config_overrides): more than this machine has is fine
 CTLD_PORT, SLURMD_PORT = 6917, 6918  # not Slurm's defaults (6817, 6818)
+# The ports Slurm reserves for steps (srun --resv-ports, which the batch script asks for where slurm.conf has
+# them): each step gets its own, held by no other step on its nodes.
+RESERVED_PORTS = "20000-20999"
 START_SECS = 60
 # A requeued job may start again cred_expire + 1 s later (Slurm 22.05, job_mgr.c; default 120 s): shorter here.
 CRED_EXPIRE_SECS = 15
@@ -57,6 +60,7 @@ SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=5,bf_interval=5
 MpiDefault=none
+MpiParams=ports={ports}
 SwitchType=switch/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
@@ -100,7 +104,7 @@ class SlurmCluster:
         self.conf.write_text(SLURM_CONF.format(
             tag=self.tag, hostname=socket.gethostname(), ctld_address=ADDRESSES["a"], ctld_port=CTLD_PORT,
             slurmd_port=SLURMD_PORT, munge_socket=self.root / "munge" / "socket", root=self.root, nodes=nodes,
-            kill_wait=kill_wait, cred_expire=CRED_EXPIRE_SECS))
+            kill_wait=kill_wait, cred_expire=CRED_EXPIRE_SECS, ports=RESERVED_PORTS))
         machine_hosts = Path("/etc/hosts").read_text(encoding="utf-8")
         names = "".join(f"{ADDRESSES[host]} {name}\n" for name, host in NODES.items())
         (self.root / "hosts").write_text(machine_hosts + names)
@@ -163,6 +167,13 @@ class SlurmCluster:
         self.hosts.processes.append(proc)
         return proc
 
+    def next_job_id_at_least(self, job_id: int) -> None:
+        """The next job submitted gets `job_id` or more: sbatch has no --jobid in Slurm 22.05, but slurmctld takes
+        its next id as at least FirstJobId, which `scontrol reconfigure` re-reads (job_mgr.c, get_next_job_id)."""
+        lines = [line for line in self.conf.read_text().splitlines() if not line.startswith("FirstJobId=")]
+        self.conf.write_text("\n".join(lines + [f"FirstJobId={job_id}"]) + "\n")
+        self.run(["scontrol", "reconfigure"])
+
     def job(self, job_id: str) -> Dict[str, str]:
         """`scontrol show job` as a dict (JobState, ExitCode, Restarts, ...)."""
         text = self.run(["scontrol", "-o", "show", "job", job_id]).stdout
@@ -175,10 +186,18 @@ class SlurmCluster:
         while True:
             result = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True, text=True, check=True)
             left = [line for line in result.stdout.splitlines()[1:] if line.split()[1][0] != "Z"
-                    and ("slurmstepd" in line or marker in line)]
+                    and (("slurmstepd" in line and self._ours(line.split()[0])) or marker in line)]
             if not left or time.monotonic() > deadline:
                 return left
             time.sleep(0.5)
+
+    def _ours(self, pid: str) -> bool:
+        """Whether a slurmstepd is this cluster's (its slurmd's environment names our slurm.conf), not that of
+        another test's cluster on the machine."""
+        try:
+            return f"SLURM_CONF={self.conf}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            return False  # gone meanwhile
 
     def close(self) -> None:
         for proc in reversed(self.daemons):  # slurmd, slurmctld, then munged

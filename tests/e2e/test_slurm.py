@@ -9,16 +9,12 @@ import re
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
 from estimator_mnist.checkpoints import latest_step, read_eval_results
 from estimator_mnist.progress import read_progress
-from tests.e2e.simulated_hosts import require_namespaces
-from tests.e2e.slurm_cluster import PACKAGES, SlurmCluster
 from tests.helpers import REPO
-from tests.system_packages import require_debian_packages
 
 JOB_YAML = """
 cluster: {{chief: ["localhost:2222"], worker: ["localhost:2223"], evaluator: localhost}}
@@ -31,15 +27,6 @@ restart: {{max_restarts: 2}}
 """
 WAIT_SECS = 300
 GRACE_SECS = 25  # training.preemption_grace_secs in JOB_YAML
-
-
-@pytest.fixture(scope="module")
-def slurm():
-    require_namespaces()
-    require_debian_packages(*PACKAGES)
-    cluster = SlurmCluster(f"s{os.getpid() % 100000}{uuid.uuid4().hex[:3]}")
-    yield cluster
-    cluster.close()
 
 
 def submit(slurm, tmp_path, mnist_data_dir, steps=30, save=10, delay=0, wait=True):
@@ -122,7 +109,9 @@ def test_scancel_term_reruns_the_step_and_a_signalled_batch_shell_requeues_the_j
     # 1. SIGTERM to the step's tasks: every trainer stops at one saved step with 200, the script reruns the step.
     signalled = time.monotonic()
     slurm.run(["scancel", "--signal=TERM", job_id])
-    wait_for(lambda: "restart 1/2" in job_output(slurm, tmp_path), GRACE_SECS, "the step's end within the grace",
+    # A preemption with its stop step saved: rerun, and never counted against restart.max_restarts.
+    wait_for(lambda: "resumes after preemption 1" in job_output(slurm, tmp_path), GRACE_SECS,
+             "the step's end within the grace",
              lambda: job_output(slurm, tmp_path))
     stopped_in, first_stop = time.monotonic() - signalled, latest_step(model_dir)
     first_step = (tmp_path / "run" / "logs" / f"slurm-{job_id}" / "srun-0.0.err").read_text()
@@ -140,7 +129,8 @@ def test_scancel_term_reruns_the_step_and_a_signalled_batch_shell_requeues_the_j
     assert "requeueing the job" in output and "requeued 1 times" in output, output[-20000:]
     assert first_stop < second_stop < 80, (first_stop, second_stop)
     for stop in (first_stop, second_stop):  # each stop saved its step, and the next run restored it
-        assert f"chief:0 preempted: stopped at step {stop}," in output, output[-20000:]
+        # Said by the trainer that ended first (the others may be signalled again by srun once it exits).
+        assert f"preempted: stopped at step {stop}," in output, output[-20000:]
         assert f"Restoring parameters from {model_dir}/model.ckpt-{stop}" in output, output[-20000:]
     evaluations = read_eval_results(model_dir)
     assert evaluations and evaluations[-1]["global_step"] >= 80 and evaluations[-1]["final"], output[-20000:]

@@ -16,6 +16,7 @@ import sys
 import time
 
 from estimator_mnist.config import TaskId
+from estimator_mnist.preemption_mark import write_mark
 from estimator_mnist.progress import ProgressWriter, progress_path
 
 ONCE = {"chief_fails_once": ("fail_soon", "chief_ok"), "chief_stalls_once": ("silent_forever", "chief_ok"),
@@ -76,6 +77,22 @@ class Fake:
             time.sleep(0.2)
 
 
+def preempted_times(fake, times):
+    """Preempted at each of its first `times` starts, each after progress: the stop step saved and marked, as
+    tf_task/preemption.py does, then 200; after that, the chief's own run."""
+    done = len([n for n in os.listdir(fake.model_dir) if n.startswith(".fake-preempted-")])
+    if done >= times:
+        fake.train(fake.max_steps)
+        fake.write_checkpoint(fake.max_steps)
+        return
+    open(os.path.join(fake.model_dir, f".fake-preempted-{done}"), "w").close()
+    step = (done + 1) * 10
+    fake.train(step)
+    fake.write_checkpoint(step)
+    write_mark(fake.model_dir, step, fake.task)
+    sys.exit(200)
+
+
 def ignore_sigterm():
     # Like MultiWorkerMirrored workers: SIGTERM does not stop them.
     signal.signal(signal.SIGTERM, lambda *_: print("ignoring SIGTERM", flush=True))
@@ -114,6 +131,7 @@ def main(argv) -> int:
         # SIGSTOPped as by a user or a debugger: alive, its port open, taking no steps.
         "stop_itself": lambda f: (f.train(10), os.kill(os.getpid(), signal.SIGSTOP)),
         "chief_listens": lambda f: (f.listen_until_released(), f.train(f.max_steps), f.write_checkpoint(f.max_steps)),
+        "chief_preempted_4_times": lambda f: preempted_times(f, 4),
         "evaluator_ok": lambda f: (ignore_sigterm(), f.evaluate(True)),
         "evaluator_never_final": lambda f: (ignore_sigterm(), f.evaluate(False)),
     }

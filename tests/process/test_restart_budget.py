@@ -1,7 +1,7 @@
 """Pods re-created after every failure, as Kubeflow's training-operator does under restartPolicy: ExitCode: a fresh
 `train` process each time with the operator's TF_CONFIG, nothing kept but model_dir. A fault that keeps coming back
 (here: a worker that never comes, so the session never forms) must end with exit 1 once restart.max_restarts
-incidents are used up, instead of restarting for ever."""
+incidents are used up, instead of restarting for ever, also when the record is torn between two starts."""
 
 import json
 import os
@@ -27,14 +27,22 @@ def test_a_fault_that_repeats_under_the_operator_ends_with_exit_1_after_the_budg
     path = tmp_path / "cluster.yaml"
     path.write_text(YAML.format(root=tmp_path), encoding="utf-8")
     env = {**os.environ, "TF_CONFIG": json.dumps(tf_config)}
-    codes, last = [], None
-    for _ in range(4):  # the first start, two restarts within the budget, then one past it
+    codes, last, outputs = [], None, []
+    record_path = tmp_path / "model" / RECORD_FILE
+    for start in range(4):  # the first start, two restarts within the budget, then one past it
+        if start == 2:  # the record torn between two starts of the loop: its copy keeps the count
+            record_path.write_bytes(b'{"job": "tfjob-default-mnist", "sta')
         last = subprocess.run([sys.executable, "-m", "estimator_mnist", "train", "--cluster", str(path)], cwd=REPO,
                               env=env, capture_output=True, text=True, timeout=120)
         codes.append(last.returncode)
-    assert codes == [200, 200, 200, 1], last.stderr[-3000:]
+        outputs.append(last.stderr)
+    assert codes == [200, 200, 200, 1], last.stderr[-3000:]  # no later than with an intact record
+    kept = [line for line in outputs[2].splitlines() if "is unreadable" in line]
+    assert len(kept) == 1 and f"the restart budget's record {record_path} is unreadable" in kept[0], outputs[2]
+    [aside] = list((tmp_path / "model").glob(RECORD_FILE + ".unreadable-*"))
+    assert aside.read_bytes() == b'{"job": "tfjob-default-mnist", "sta' and aside.name in kept[0]
     refusal = [line for line in last.stderr.splitlines() if "restart budget used up" in line]
-    assert len(refusal) == 1 and "job tfjob-default-mnist has been restarted 3 times (restart.max_restarts=2)" \
+    assert len(refusal) == 1 and "job tfjob-default-mnist failed 3 times in a row without a newer checkpoint (restart.max_restarts=2)" \
         in refusal[0], last.stderr
     record = json.loads((tmp_path / "model" / RECORD_FILE).read_text())
     assert record["starts"] == 4 and len(record["incidents"]) == 3

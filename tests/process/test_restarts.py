@@ -32,9 +32,20 @@ def test_gives_up_after_max_restarts(tmp_path):
                                             "evaluator:0": "evaluator_never_final"})
     assert code == 1
     assert len(summary["restarts"]) == 2
-    assert re.search(r"failed: task worker:0 failed \(exit code 200\).*; gave up after 2 restarts "
+    assert re.search(r"failed: task worker:0 failed \(exit code 200\).*; gave up after 2 restarts in a row without a newer checkpoint "
                      r"\(restart\.max_restarts=2\)", out), out
     assert not pids_alive(summary["all_pids"])
+
+
+def test_preemptions_are_never_incidents(tmp_path):
+    """restart.max_restarts: 0, and the chief preempted four times, each stop step saved and marked: the run
+    restarts each time and finishes; the record names each preemption as one."""
+    config = make_config(tmp_path, restart={**ON_FAILURE, "max_restarts": 0})
+    code, out, summary, _, _ = run(config, {**HEALTHY, "chief:0": "chief_preempted_4_times"})
+    assert code == 0, out
+    assert [r["counted"] for r in summary["restarts"]] == [False] * 4 and summary["status"] == "finished"
+    for number, step in enumerate((10, 20, 30, 40), start=1):
+        assert f"chief:0 preempted at step {step}, checkpoint {step} written: preemption {number}, not counted" in out
 
 
 def test_a_stall_is_a_failure_that_restarts(tmp_path):

@@ -93,6 +93,36 @@ def test_predict_in_both_forms_on_both_signatures_equals_predict(served):
     assert images_columns["outputs"]["class_ids"] == from_floats
 
 
+def test_grpc_answers_as_rest_on_both_signatures_with_serving_s_codes(served):
+    """A TF Serving gRPC client (tensorflow-serving-api's stubs): the same classes as `predict`, metadata and status
+    as Serving gives them, Serving's codes for an unknown signature, a wrong dtype, an unknown model."""
+    import grpc  # pylint: disable=import-outside-toplevel
+
+    from tests.serve_grpc import code_of, GrpcClient  # pylint: disable=import-outside-toplevel  # TensorFlow
+
+    server, files, floats = served["server"], served["files"], served["floats"]
+    floats_file = Path(files[0]).parent / "floats_grpc.npy"
+    np.save(floats_file, floats)
+    both = predict_classes(served["model_dir"], *files, floats_file)
+    client = GrpcClient(server.grpc_port)
+    try:
+        assert client.classes_of_pngs([Path(f).read_bytes() for f in files]) == both[:len(files)]
+        assert client.classes_of_floats(floats) == both[len(files):]
+        response, signatures = client.metadata()
+        assert response.model_spec.version.value == int(Path(served["first"]).name)
+        assert sorted(signatures.signature_def) == ["images", "serving_default"]
+        assert [s.state for s in client.status().model_version_status] == [30]  # AVAILABLE
+        request = client.predict_request({"images": floats}, "nope")
+        assert code_of(client.predictions.Predict, request)[0].name == "FAILED_PRECONDITION"  # predict_util.cc
+        request = client.predict_request({"images": np.array(["dark"])}, "images")
+        assert code_of(client.predictions.Predict, request) == (
+            grpc.StatusCode.INVALID_ARGUMENT, "Expects arg[0] to be float but string is provided")
+        request = client.predict_request({"images": floats}, "images", name="other")
+        assert code_of(client.predictions.Predict, request)[0].name == "NOT_FOUND"
+    finally:
+        client.close()
+
+
 BAD = [
     ("malformed JSON", b'{"instances": [', "JSON Parse error: Invalid value. at offset: 15"),
     ("not an image", {"instances": [{"b64": "aGVsbG8="}]}, "Unknown image file format"),
@@ -174,7 +204,7 @@ def test_bad_model_path_and_busy_port_are_one_line_and_exit_2(tmp_path, served):
     broken = tmp_path / "broken" / "123"
     broken.mkdir(parents=True)
     (broken / "saved_model.pb").write_bytes(b"not a SavedModel")
-    unloadable = run_cli("serve", "--model", str(broken), "--port", str(free_ports(1)[0]))
+    unloadable = run_cli("serve", "--model", str(broken), "--port", str(free_ports(1)[0]), "--grpc-port", "0")
     assert unloadable.returncode == 2 and len(unloadable.stderr.strip().splitlines()) == 1
 
 

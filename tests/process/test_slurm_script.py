@@ -1,7 +1,7 @@
 """The batch script's exit contract, run by bash with stand-ins for srun, scancel and scontrol on PATH: 0 ends
 the job, 200 reruns the step within restart.max_restarts as the job's restart budget counts them, 1 and 2 end
-the job with that code and one line, and a SIGTERM to the batch shell stops the step and requeues the job. The
-real Slurm runs are in tests/e2e/test_slurm.py."""
+the job with that code and one line, and a SIGTERM to the batch shell stops the step and requeues the job when
+the step's code is retryable. The real Slurm runs are in tests/e2e/test_slurm.py."""
 
 import json
 import os
@@ -22,15 +22,22 @@ case " $* " in *" prepare-data "*) exit 0 ;; esac
 n=$(wc -l < "$FAKE/steps")
 echo step >> "$FAKE/steps"
 code=$(sed -n "$((n + 1))p" "$FAKE/codes")
-if [ "$code" = wait ]; then trap 'echo "srun: error: n1: task 0: Exited with exit code 200" >&2; exit 143' TERM
-  echo $$ > "$FAKE/running"; while :; do sleep 0.1; done; fi
+echo "srun $*" >> "$FAKE/calls"
+case "$code" in wait*)  # runs until SIGTERM, then its tasks end with the code after "wait" (200 by default)
+  end=${code#wait}; end=${end:-200}
+  if [ "$end" = 0 ]; then trap 'exit 0' TERM
+  else trap 'echo "srun: error: n1: task 0: Exited with exit code '"$end"'" >&2; exit 143' TERM; fi
+  echo $$ > "$FAKE/running"; while :; do sleep 0.1; done ;;
+esac
 [ "$code" = 0 ] && exit 0
 echo "srun: error: n2: task 2: Exited with exit code $code" >&2
 echo "srun: error: n1: tasks 0-1: Terminated" >&2
 exit 143
 """
 FAKE_SCANCEL = '#!/bin/bash\necho "scancel $*" >> "$FAKE/calls"\n'
-FAKE_SCONTROL = '#!/bin/bash\necho "scontrol $*" >> "$FAKE/calls"\n'
+FAKE_SCONTROL = ('#!/bin/bash\necho "scontrol $*" >> "$FAKE/calls"\n'
+                 '[ "$*" = "show config" ] && [ -e "$FAKE/mpi_ports" ] && echo "MpiParams               = ports=20000-20999"\n'
+                 'exit 0\n')
 
 
 @pytest.fixture
@@ -85,8 +92,8 @@ def test_the_restart_budget_runs_out_with_exit_1_and_one_line(fake):
     result = run_script(fake, ["200", "200", "200", "0"])
     assert result.returncode == 1 and steps_run(fake) == 3
     errors = [line for line in result.stdout.splitlines() if "error" in line]
-    assert len(errors) == 1 and "restart budget is used up: job slurm-77 has been restarted 3 times " \
-        "(restart.max_restarts=2)" in errors[0], result.stdout
+    assert len(errors) == 1 and "restart budget is used up: job slurm-77 failed 3 times in a row " \
+        "without a newer checkpoint (restart.max_restarts=2)" in errors[0], result.stdout
     assert len(incidents(fake)) == 3
 
 
@@ -95,7 +102,7 @@ def test_a_requeued_job_keeps_its_count_and_a_new_job_starts_afresh(fake):
     run_script(fake, ["200", "200", "0"])  # two reruns, then (say) preempted and requeued
     (tmp_path / "steps").write_text("")
     result = run_script((tmp_path, {**env, "SLURM_RESTART_COUNT": "1"}), ["200", "0"])
-    assert result.returncode == 1 and "has been restarted 3 times" in result.stdout, result.stdout
+    assert result.returncode == 1 and "failed 3 times in a row" in result.stdout, result.stdout
     (tmp_path / "steps").write_text("")
     result = run_script((tmp_path, {**env, "SLURM_JOB_ID": "78"}), ["200", "0"])  # the script submitted again
     assert result.returncode == 0 and "restart 1/2 of job slurm-78" in result.stdout, result.stdout
@@ -108,9 +115,10 @@ def test_a_permanent_or_usage_failure_ends_the_job_with_its_code(fake, code):
     assert f"estimator-mnist: error: a task exited {code}; the job ends with it" in result.stdout
 
 
-def test_a_signalled_batch_shell_stops_the_step_and_requeues(fake):
+def signal_the_batch_shell(fake, step_ends):
+    """SIGTERM to the batch shell while a step runs, whose tasks then end with `step_ends` (200: stopped)."""
     tmp_path, env = fake
-    (tmp_path / "codes").write_text("wait\n0\n")
+    (tmp_path / "codes").write_text(f"wait{step_ends}\n0\n")
     proc = subprocess.Popen(["bash", str(tmp_path / "job.sh")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, cwd=tmp_path, start_new_session=True)
     try:
@@ -125,6 +133,27 @@ def test_a_signalled_batch_shell_stops_the_step_and_requeues(fake):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    calls = (tmp_path / "calls").read_text()
+    return proc.returncode, out, (tmp_path / "calls").read_text()
+
+
+def test_a_signalled_batch_shell_stops_the_step_and_requeues(fake):
+    code, out, calls = signal_the_batch_shell(fake, 200)
     assert "scancel --signal=TERM 77" in calls and "scontrol requeue 77" in calls
-    assert proc.returncode == 0 and "requeueing the job" in out and steps_run(fake) == 1
+    assert code == 0 and "requeueing the job" in out and steps_run(fake) == 1
+
+
+@pytest.mark.parametrize("step_ends", [0, 1, 2])
+def test_a_signal_that_meets_a_final_outcome_does_not_requeue(fake, step_ends):
+    """The step finished (0) or failed for good (1, 2) as the signal came: the job ends with that code."""
+    code, out, calls = signal_the_batch_shell(fake, step_ends)
+    assert code == step_ends and "scontrol requeue" not in calls and "requeueing" not in out, out
+    assert f"but the step's code is {step_ends}: not requeued" in out and steps_run(fake) == 1
+
+
+@pytest.mark.parametrize("reserves", [True, False])
+def test_the_step_asks_for_slurm_s_reserved_ports_where_the_cluster_reserves_them(fake, reserves):
+    if reserves:
+        (fake[0] / "mpi_ports").write_text("")
+    assert run_script(fake, ["0"]).returncode == 0
+    [step] = [line for line in (fake[0] / "calls").read_text().splitlines() if line.startswith("srun ") and " train " in line]
+    assert ("--resv-ports=3" in step.split()) == reserves, step

@@ -1,12 +1,14 @@
 """A damaged newest checkpoint: every restoring task falls back to the newest intact one, and keeps the bad one."""
 
+import errno
 import os
 import threading
 
 import pytest
 import tensorflow as tf
 
-from estimator_mnist.tf_task import checkpoint_repair
+from estimator_mnist.errors import PermanentFailure, RetryableFailure
+from estimator_mnist.tf_task import checkpoint_repair, model_dir_lock
 from estimator_mnist.tf_task.checkpoint_repair import fall_back_to_intact, verify_checkpoint
 
 
@@ -133,5 +135,97 @@ def test_verify_names_what_is_wrong(model_dir):
     paths = _save_checkpoints(model_dir, steps=(10,))
     assert verify_checkpoint(paths[0]) is None
     _truncate(paths[0] + ".data-00000-of-00001")
-    assert "Read less bytes than requested" in verify_checkpoint(paths[0])
-    assert verify_checkpoint(os.path.join(model_dir, "model.ckpt-99")) is not None
+    problem = verify_checkpoint(paths[0])
+    assert problem.kind == checkpoint_repair.DAMAGED and "Read less bytes than requested" in problem.text
+    assert verify_checkpoint(os.path.join(model_dir, "model.ckpt-99")).kind == checkpoint_repair.UNAVAILABLE
+
+
+@pytest.mark.parametrize("damage, suffix", [(_truncate, ".data-00000-of-00001"), (_flip_a_byte, ".data-00000-of-00001"),
+                                            (_truncate, ".index"), (_flip_a_byte, ".index")])
+def test_what_the_reader_says_of_damage_is_damage(model_dir, damage, suffix):
+    """TF 2.15's reader raises a bare OpError for most damage: its text tells it apart (kind_of)."""
+    path = _save_checkpoints(model_dir, steps=(10,))[0]
+    damage(path + suffix)
+    assert verify_checkpoint(path).kind == checkpoint_repair.DAMAGED
+
+
+@pytest.mark.parametrize("error, kind", [
+    (tf.errors.OpError(None, None, "/m/model.ckpt-30.index; Permission denied", tf.errors.UNKNOWN), "permission denied"),
+    (tf.errors.PermissionDeniedError(None, None, "/m/model.ckpt-30.index"), "permission denied"),
+    (PermissionError(13, "Permission denied"), "permission denied"),
+    (tf.errors.NotFoundError(None, None, "Failed to find any matching files for /m/model.ckpt-30"), "unavailable"),
+    (tf.errors.UnavailableError(None, None, "Stale file handle"), "unavailable"),
+    (tf.errors.OpError(None, None, "/m/model.ckpt-30.index; Input/output error", tf.errors.UNKNOWN), "unavailable"),
+    (tf.errors.DataLossError(None, None, "checksum mismatch"), "damaged"),
+    (IndexError("Read less bytes than requested"), "damaged"),
+])
+def test_storage_errors_are_told_apart_from_damage(error, kind):
+    assert checkpoint_repair.kind_of(error) == kind
+
+
+def _failing(paths, problem, calls):
+    def verify(path):
+        calls.append(path)
+        return problem if path == paths[-1] else None
+    return verify
+
+
+def _files(model_dir):
+    return sorted(name for name in os.listdir(model_dir) if name != checkpoint_repair.LOCK_FILE)
+
+
+def test_a_newest_checkpoint_the_storage_refuses_is_not_moved_and_is_one_line_exit_1(model_dir):
+    paths = _save_checkpoints(model_dir)
+    before, calls = _files(model_dir), []
+    problem = checkpoint_repair.Problem(checkpoint_repair.DENIED, f"{paths[-1]}.index; Permission denied")
+    with pytest.raises(PermanentFailure) as error:
+        fall_back_to_intact(model_dir, print, verify=_failing(paths, problem, calls), sleep=lambda s: None)
+    assert str(error.value) == checkpoint_repair.ERR_DENIED.format(path=paths[-1], problem=problem.text)
+    assert _files(model_dir) == before and tf.train.latest_checkpoint(model_dir) == paths[-1]
+    assert calls == [paths[-1]]  # a refusal is not read again
+
+
+def test_a_newest_checkpoint_the_storage_fails_to_serve_is_read_again_then_200(model_dir):
+    paths = _save_checkpoints(model_dir)
+    before, calls, slept = _files(model_dir), [], []
+    problem = checkpoint_repair.Problem(checkpoint_repair.UNAVAILABLE, "Stale file handle")
+    with pytest.raises(RetryableFailure) as error:
+        fall_back_to_intact(model_dir, print, verify=_failing(paths, problem, calls), sleep=slept.append)
+    assert str(error.value) == checkpoint_repair.ERR_UNAVAILABLE.format(
+        path=paths[-1], attempts=checkpoint_repair.READ_ATTEMPTS, problem="Stale file handle")
+    assert calls == [paths[-1]] * checkpoint_repair.READ_ATTEMPTS and len(slept) == checkpoint_repair.READ_ATTEMPTS - 1
+    assert _files(model_dir) == before and tf.train.latest_checkpoint(model_dir) == paths[-1]
+
+
+def test_a_transient_failure_that_passes_restores_the_newest(model_dir):
+    paths = _save_checkpoints(model_dir)
+    answers = [checkpoint_repair.Problem(checkpoint_repair.UNAVAILABLE, "Stale file handle"), None]
+    assert fall_back_to_intact(model_dir, print, verify=lambda path: answers.pop(0), sleep=lambda s: None) == paths[-1]
+
+
+def test_a_listed_checkpoint_whose_files_were_taken_away_is_dropped(model_dir):
+    paths = _save_checkpoints(model_dir)
+    for name in os.listdir(model_dir):
+        if name.startswith("model.ckpt-30."):
+            os.remove(os.path.join(model_dir, name))
+    lines = []
+    assert fall_back_to_intact(model_dir, lines.append, sleep=lambda s: None) == paths[1]
+    assert lines == [checkpoint_repair.MSG_GONE.format(path=paths[-1],
+                                                       outcome=checkpoint_repair.MSG_RESUME.format(path=paths[1]))]
+    assert tf.train.latest_checkpoint(model_dir) == paths[1]
+
+
+def test_a_file_system_without_flock_checks_with_one_warning(model_dir, monkeypatch):
+    """A Lustre client mounted without flock answers ENOSYS: the check goes on under a lock file."""
+    paths = _save_checkpoints(model_dir)
+    _truncate(paths[-1] + ".index")
+
+    def no_flock(handle, operation):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(model_dir_lock.fcntl, "flock", no_flock)
+    lines = []
+    assert fall_back_to_intact(model_dir, lines.append) == paths[1]
+    assert lines[0].startswith("warning: ") and "does not support flock(2) (Function not implemented)" in lines[0]
+    assert len(lines) == 2 and "is damaged" in lines[1]
+    assert not os.path.exists(os.path.join(model_dir, checkpoint_repair.LOCK_FILE + ".held"))

@@ -1,5 +1,6 @@
 """The YAML file: every bad file refused with its one-line message, defaults, parsing, freezing."""
 
+import os
 import re
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import pytest
 from estimator_mnist import cli
 from estimator_mnist.config import TaskId, load_config, schema as C
 from estimator_mnist.errors import UsageError
+from estimator_mnist.config.load import ERR_URL
 from tests.helpers import REPO
 
 BAD = Path(__file__).parent / "bad_configs"
@@ -67,6 +69,7 @@ EXPECTED = {
     "learning_rate_inf.yaml": r"model\.learning_rate must be a finite number, got inf",
     "max_steps_past_int64.yaml": r"training\.max_steps must be a whole number \(at most 2\*\*63 - 1 in size\), got 9223372036854775808",
     "run_dir_nul.yaml": r"run_dir must be a path, got 'runs/a\\x00b'",
+    "model_dir_url.yaml": r"model_dir 'gs://bucket/run' is a URL \(gs://\).*shared POSIX file system \(NFS, Lustre",
     "threads_past_int64.yaml": r"tasks\.all\.intra_op_threads must be 'auto' or a whole number",
     "validation_split_too_large.yaml": r"data\.validation_examples must be between 0 and 50000 \(MNIST's training set "
                                        r"has 60,000 images\), got 60000",
@@ -180,3 +183,35 @@ def test_a_path_that_cannot_be_resolved_is_one_line(write_yaml, tmp_path):
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     with pytest.raises(UsageError, match=r"model_dir '.*loop/model' cannot be used as a path \(.*\); choose another"):
         load_config(write_yaml(f"cluster: {{chief: ['localhost:2222']}}\nmodel_dir: {tmp_path}/loop/model\n"))
+
+
+@pytest.mark.parametrize("key, value", [("model_dir", "gs://bucket/run"), ("run_dir", "s3://bucket/runs"),
+                                        ("data_dir", "hdfs://namenode/data"), ("model_dir", "file:///tmp/model")])
+def test_a_url_path_is_refused_naming_the_key_and_what_works(write_yaml, key, value, tmp_path, monkeypatch):
+    """Path(...).resolve() made gs://bucket/run the local folder <cwd>/gs:/bucket/run on each host."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError) as error:
+        load_config(write_yaml(f"cluster: {{chief: ['localhost:2222']}}\n{key}: {value}\n"))
+    assert str(error.value).endswith(ERR_URL.format(file="", key=key, path=value, scheme=value.split(":")[0])[2:])
+    assert not list(tmp_path.glob("*:"))
+
+
+def test_a_url_given_as_a_flag_is_refused_too(write_yaml):
+    with pytest.raises(UsageError, match=r"model_dir 'gs://b/m' is a URL"):
+        load_config(write_yaml("cluster: {chief: ['localhost:2222']}\n"), model_dir="gs://b/m")
+
+
+def test_a_colon_inside_a_local_path_is_no_url(write_yaml, tmp_path):
+    config = load_config(write_yaml(f"cluster: {{chief: ['localhost:2222']}}\nmodel_dir: {tmp_path}/a:b/model\n"))
+    assert config.model_dir == f"{tmp_path}/a:b/model"
+
+
+@pytest.mark.parametrize("command", ["validate", "train"])
+def test_a_url_model_dir_is_one_line_and_exit_2_and_makes_no_local_folder(command, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    (tmp_path / "c.yaml").write_text("cluster: {chief: ['localhost:2222']}\nmodel_dir: gs://bucket/run\n")
+    assert cli.main([command, "--cluster", "c.yaml"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "model_dir 'gs://bucket/run' is a URL (gs://)" in lines[0], lines
+    assert sorted(os.listdir(tmp_path)) == ["c.yaml"]  # no gs: folder, no runs/

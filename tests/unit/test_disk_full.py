@@ -81,3 +81,38 @@ def test_partial_writes_never_touch_a_listed_checkpoint(tmp_path):
     removed = remove_partial_writes(str(model_dir))
     assert sorted(os.path.basename(p) for p in removed) == ["model.ckpt-30_temp", "temp-1700000100"]
     assert (model_dir / "model.ckpt-30.index").is_file()
+
+
+def _checkpoint(model_dir, step):
+    for suffix in (".index", ".data-00000-of-00001"):
+        (model_dir / f"model.ckpt-{step}{suffix}").write_bytes(b"x")
+
+
+def test_a_listed_step_0_checkpoint_is_kept(tmp_path):
+    """`latest_step(...) or -1` took a listed step 0 for no checkpoint, and deleted it as partial."""
+    _checkpoint(tmp_path, 0)
+    _checkpoint(tmp_path, 10)
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-0"\n'
+                                         'all_model_checkpoint_paths: "model.ckpt-0"\n')
+    assert len(remove_partial_writes(str(tmp_path))) == 2  # checkpoint 10, newer than any listed: partial
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model.ckpt-0.data-00000-of-00001", "model.ckpt-0.index"]
+
+
+def test_without_a_state_file_no_checkpoint_is_removed(tmp_path):
+    _checkpoint(tmp_path, 0)
+    _checkpoint(tmp_path, 20)
+    (tmp_path / "model.ckpt-30_temp").mkdir()
+    remove_partial_writes(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["model.ckpt-0.data-00000-of-00001", "model.ckpt-0.index",
+                                            "model.ckpt-20.data-00000-of-00001", "model.ckpt-20.index"]
+
+
+def test_an_older_checkpoint_the_state_file_no_longer_lists_is_kept(tmp_path):
+    """Only what is newer than every listed checkpoint can be a save cut short."""
+    for step in (10, 20, 30):
+        _checkpoint(tmp_path, step)
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-20"\n'
+                                         'all_model_checkpoint_paths: "model.ckpt-20"\n')
+    removed = remove_partial_writes(str(tmp_path))
+    assert sorted(os.path.basename(p) for p in removed) == ["model.ckpt-30.data-00000-of-00001", "model.ckpt-30.index"]
+    assert (tmp_path / "model.ckpt-10.index").exists() and (tmp_path / "model.ckpt-20.index").exists()

@@ -46,6 +46,21 @@ def test_the_parent_maps_the_child_s_fate(returncode, stop_signal, expected):
     assert parent.exit_code(returncode) == expected
 
 
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+def test_a_child_killed_after_its_grace_whose_work_was_saved_reports_0(stop_signal):
+    """The parent killed it (MultiWorkerMirrored ignores SIGTERM, a teardown hung) after its final checkpoint
+    (for the evaluator, its final evaluation): nothing is lost, so 0, not 200 or 130."""
+    parent = TaskParent(PLAN, session_timeout_secs=10, saved=lambda: "the final checkpoint (step 10) is saved")
+    parent.stop_signal = stop_signal
+    assert parent.exit_code(-signal.SIGKILL) == 0
+
+
+def test_a_child_that_died_of_a_signal_unasked_is_200_even_after_its_work_was_saved():
+    """No stop was asked for: a crash, whatever is on disk, is for the restart to judge."""
+    parent = TaskParent(PLAN, session_timeout_secs=10, saved=lambda: "the final checkpoint (step 10) is saved")
+    assert parent.exit_code(-signal.SIGKILL) == 200
+
+
 def test_a_tensorflow_error_names_its_peer_and_its_cause():
     peers = peers_of(PLAN.tf_config, "chief:0")
     assert peers == [("worker:0", "192.0.2.2:2222")]

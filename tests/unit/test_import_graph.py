@@ -12,7 +12,8 @@ SUPERVISE = "estimator_mnist.supervise"
 LAYERS = (
     ("shared by every layer", ("estimator_mnist", "estimator_mnist.errors", "estimator_mnist.files",
                                "estimator_mnist.tasklog", "estimator_mnist.startup_noise",
-                               "estimator_mnist.checkpoints", "estimator_mnist.progress")),
+                               "estimator_mnist.checkpoints", "estimator_mnist.progress",
+                               "estimator_mnist.preemption_mark")),
     ("the config", ("estimator_mnist.config",)),
     # A sweep's plan and records are data the ensemble reads; its trials and scheduler run processes (below).
     ("task plans, the data, a sweep's plan and records", (
@@ -23,7 +24,8 @@ LAYERS = (
     ("inside a TensorFlow task", ("estimator_mnist.tf_task",)),
     ("processes", (SUPERVISE,)),
     ("what the commands build", ("estimator_mnist.sweep", "estimator_mnist.slurm", "estimator_mnist.kubeflow")),
-    ("entry points", ("estimator_mnist.commands", "estimator_mnist.cli", "estimator_mnist.__main__")),
+    ("entry points", ("estimator_mnist.commands", "estimator_mnist.cli", "estimator_mnist.__main__",
+                      "estimator_mnist.flag_types", "estimator_mnist.serve_flags")),
 )
 # Calls that start a long-lived child, signal or inspect another process: (module or None for any object, name).
 PROCESS_CALLS = {("subprocess", "Popen"), ("os", "kill"), ("os", "killpg"), ("os", "setpgid"), ("os", "setsid"),

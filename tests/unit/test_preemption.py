@@ -61,7 +61,7 @@ def test_a_stop_whose_step_was_the_last_one_ends_with_0():
 
 
 def test_what_is_saved_is_the_final_checkpoint_or_for_the_evaluator_its_final_evaluation(tmp_path):
-    from estimator_mnist.tf_task.preemption import work_saved
+    from estimator_mnist.checkpoints import work_saved
 
     model_dir = str(tmp_path)
     assert work_saved(model_dir, 10, evaluates=False) is None
@@ -147,3 +147,34 @@ def test_a_run_stops_at_the_step_of_the_sigterm_and_saves_it(tmp_path, keep_sigt
              if not isinstance(h, TeardownWatchdogHook)]
     estimator.train(train_spec.input_fn, hooks=hooks, max_steps=stopped + 3)
     assert preemption2.stopped_at_step is None and checkpoints.latest_step(config.model_dir) == stopped + 3
+
+
+def test_every_trainer_waits_for_the_chief_s_checkpoint_of_the_stop_step_within_a_bound(tmp_path):
+    """A worker that exits first gets the chief signalled again under srun --kill-on-bad-exit: it waits."""
+    from estimator_mnist.tf_task.preemption import Preemption, wait_for_stop_checkpoint
+
+    preemption = Preemption("worker:0", 25, graceful=True, exit_fn=lambda *a: None)
+    preemption.stopped_at_step = 20
+    now, slept = [0.0], []
+
+    def sleep(secs):
+        slept.append(secs)
+        now[0] += secs
+        if len(slept) == 3:  # the chief's save lands
+            (tmp_path / "model.ckpt-20.index").write_bytes(b"x")
+            (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-20"\n')
+
+    wait_for_stop_checkpoint(preemption, str(tmp_path), 25, sleep=sleep, clock=lambda: now[0])
+    assert len(slept) == 3
+    slept.clear()
+    preemption.stopped_at_step = 30  # never saved (the chief lost): the wait ends at its bound
+    wait_for_stop_checkpoint(preemption, str(tmp_path), 2, sleep=sleep, clock=lambda: now[0])
+    assert 1.99 <= sum(slept) <= 2.21
+    slept.clear()
+    preemption.stopped_at_step = 20  # the others wait for the chief's mark too
+    wait_for_stop_checkpoint(preemption, str(tmp_path), 1, sleep=sleep, clock=lambda: now[0], marked=True)
+    assert 0.99 <= sum(slept) <= 1.21
+    (tmp_path / "preempted.json").write_text('{"step": 20}')
+    slept.clear()
+    wait_for_stop_checkpoint(preemption, str(tmp_path), 1, sleep=sleep, clock=lambda: now[0], marked=True)
+    assert slept == []

@@ -4,7 +4,6 @@ dispatch of paths and methods, labels, CORS preflight, the body limit, a failure
 import numpy as np
 import pytest
 
-from estimator_mnist.tf_model.serve import app as app_module
 from estimator_mnist.tf_model.serve.app import create_app, ServingApi
 from estimator_mnist.tf_model.serve.batcher import Batcher
 from estimator_mnist.tf_model.serve.versions import Versions
@@ -42,7 +41,7 @@ def client(tmp_path):
     versions = Versions(str(model_dir), StandIn, log=lambda m: None)
     batcher = Batcher(timeout_secs=0).start()
     api = ServingApi("mnist", versions, batcher)
-    yield create_app(api).test_client(), model_dir, versions
+    yield create_app(api, max_body_bytes=50).test_client(), model_dir, versions
     batcher.stop()
 
 
@@ -82,11 +81,10 @@ def test_a_preflight_with_an_origin_is_answered(client):
     assert answer.status_code == 200
 
 
-def test_the_body_limit_and_an_unexpected_failure(client, monkeypatch):
+def test_the_body_limit_and_an_unexpected_failure(client):
     http, model_dir, versions = client
     make_export(model_dir, 100)
     versions.poll()
-    monkeypatch.setattr(app_module, "MAX_BODY_BYTES", 50)
     too_big = http.post("/v1/models/mnist:predict", data=b'{"instances": [{"b64": "' + b"A" * 60 + b'"}]}')
     assert too_big.status_code == 400 and too_big.json["error"].startswith("Request body is larger than 50 bytes")
     failed = http.post("/v1/models/mnist:predict", data=b'{"instances": [{"b64": "IQ=="}]}')  # "!"

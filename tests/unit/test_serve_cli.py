@@ -19,6 +19,11 @@ from tests.helpers import error_pattern
     (["--name", "a/b"], "'a/b' cannot be a model name"),
     (["--max-batch-size", "0"], "'0' is not a positive whole number"),
     (["--batch-timeout-ms", "-1"], "'-1' is not a wait from 0 to 1000 ms"),
+    (["--grpc-port", "70000"], "'70000' is not a port"),
+    (["--request-timeout-ms", "0"], "'0' is not a positive whole number"),
+    (["--max-body-bytes", "big"], "'big' is not a positive whole number"),
+    (["--drain-secs", "-1"], "'-1' is not a time from 0 to 3600 s"),
+    (["--drain-delay-secs", "soon"], "'soon' is not a time from 0 to 3600 s"),
 ])
 def test_each_bad_flag_exits_2_naming_it(tmp_path, capsys, flags, error):
     assert cli.main(["serve", "--model", str(tmp_path), *flags]) == 2  # argparse's errors are one line too
@@ -50,6 +55,13 @@ def test_a_busy_port_is_named_with_the_fix():
             server.listen("127.0.0.1", port)
     with pytest.raises(UsageError, match="unknown host"):
         server.listen("no-such-host.invalid", 8501)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        with pytest.raises(UsageError, match=f"port {port} on 127.0.0.1 cannot be used \\(already in use\\); give "
+                                             "another with --grpc-port"):
+            server.check_grpc_port("127.0.0.1", port)
 
 
 def test_only_an_address_other_than_loopback_gets_the_warning():

@@ -57,6 +57,10 @@ def test_a_newer_export_replaces_the_served_one_once_its_requests_are_done(tmp_p
     assert (100, "UNLOADING", "OK", "") in versions.states()
     old.release()
     swap.join(5)
+    deadline = time.monotonic() + 5  # it is unloaded in a thread of its own
+    while not old.model.closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
     assert old.model.closed and sorted(versions.states()) == [(100, "END", "OK", ""), (200, "AVAILABLE", "OK", "")]
     assert versions.acquire(100) is None  # Serving's Specific(mnist, 100) is gone
 

@@ -8,9 +8,9 @@ import pytest
 
 from estimator_mnist import cli, commands
 from estimator_mnist.config import TaskId
-from estimator_mnist.errors import UsageError
-from estimator_mnist.plan.slurm_source import (PORT_BASE, PORT_SLOTS, PORT_STRIDE, from_slurm, in_slurm_step,
-                                               job_port, read_step)
+from estimator_mnist.errors import RetryableFailure, UsageError
+from estimator_mnist.plan.slurm_source import (ERR_PORT_TAKEN, PORT_BASE, PORT_STRIDE, from_slurm, in_slurm_step,
+                                               read_step, step_port)
 
 LOCAL = {"chief": ["localhost:2222"], "worker": ["localhost:2223"], "evaluator": "localhost"}
 PS = {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"], "evaluator": "h"}
@@ -32,8 +32,13 @@ def n2_unknown(name, port, type=None):  # pylint: disable=redefined-builtin
     return resolves(name, port, type)
 
 
-def mapped(cluster, env, resolver=resolves):
-    source = from_slurm({"cluster": cluster}, "c.yaml", env, resolver)
+def job_port(job, position, env=None):
+    """The hashed port of `position` in job `job`'s step 0 (no reserved ports)."""
+    return step_port(read_step(env or step_env("n1", "1", 0, "n1", job=str(job))), position)
+
+
+def mapped(cluster, env, resolver=resolves, in_use=lambda port: False):
+    source = from_slurm({"cluster": cluster}, "c.yaml", env, resolver, in_use)
     return source.data["cluster"], source.task, source.note
 
 
@@ -70,9 +75,42 @@ def test_tasks_per_node_repeat_form():
     assert cluster == {"worker": [f"a1:{port}", f"a1:{port + 1}", f"b01:{port}", f"b02:{port}"]}
 
 
-def test_ports_follow_the_job_id_so_two_jobs_on_a_node_differ():
-    assert job_port(1, 0) != job_port(2, 0) and job_port(1, PORT_STRIDE - 1) < job_port(2, 0)
-    assert PORT_BASE <= job_port(PORT_SLOTS - 1, PORT_STRIDE - 1) < 32768  # below Linux's ephemeral ports
+def test_reserved_ports_are_the_ports_whatever_the_job_id():
+    """srun --resv-ports under MpiParams=ports: the same numbers on every node, none shared with another step."""
+    for job in ("7", str(7 + 512)):  # ids equal modulo 512 collided on a shared node
+        env = step_env("n[1-2]", "2,1", 2, "n2", job=job, SLURM_STEP_RESV_PORTS="20004-20005,20009")
+        cluster, _, note = mapped(LOCAL, env)
+        assert cluster == {"chief": ["n1:20004"], "evaluator": "n1", "worker": ["n2:20004"]}
+        assert "ports reserved by Slurm (SLURM_STEP_RESV_PORTS)" in note
+
+
+def test_without_reserved_ports_a_rerun_chooses_again_and_stays_in_range():
+    first = job_port(4242, 0, step_env("n1", "1", 0, "n1"))
+    rerun = job_port(4242, 0, step_env("n1", "1", 0, "n1", SLURM_STEP_ID="1"))
+    requeued = job_port(4242, 0, step_env("n1", "1", 0, "n1", SLURM_RESTART_COUNT="1"))
+    assert len({first, rerun, requeued}) == 3
+    assert job_port(7, 0) != job_port(7 + 512, 0)  # no longer the job id modulo 512
+    for job in range(0, 2000, 37):
+        assert PORT_BASE <= job_port(job, 0) and job_port(job, PORT_STRIDE - 1) < 32768  # below the ephemeral ports
+
+
+def test_a_port_taken_on_the_node_is_200_before_tensorflow_starts():
+    env = step_env("n1", "3", 2, "n1", SLURM_STEP_RESV_PORTS="20000-20002")
+    with pytest.raises(RetryableFailure) as taken:
+        mapped(LOCAL, env, in_use=lambda port: port == 20002)
+    assert str(taken.value) == ERR_PORT_TAKEN.format(port=20002, node="n1", task="worker:0", how="listening")
+    assert mapped(LOCAL, step_env("n1", "3", 1, "n1", SLURM_STEP_RESV_PORTS="20000-20002"),
+                  in_use=lambda port: True)[1] == TaskId("evaluator", 0)  # no server, no port
+
+
+def test_a_taken_port_ends_train_with_200_and_one_line(tmp_path, capsys):
+    with mock.patch.dict(os.environ, step_env("localhost", "3", 0, "localhost", SLURM_STEP_RESV_PORTS="20000-20002")), \
+            mock.patch("estimator_mnist.plan.slurm_source.port_in_use", lambda port: True):
+        os.environ.pop("TF_CONFIG", None)
+        code = cli.main(["train", "--cluster", "config/local.yaml", "--run-dir", str(tmp_path)])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 200 and lines == ["estimator-mnist: error: " + ERR_PORT_TAKEN.format(
+        port=20000, node="localhost", task="chief:0", how="listening")]
 
 
 def test_in_slurm_step_needs_a_step_not_just_a_job():
@@ -98,6 +136,9 @@ def test_cpus_and_gpus_given_by_slurm():
     (step_env("n[1-", "3", 0, "n1"), LOCAL, "SLURM_STEP_NODELIST is 'n\\[1-', not a Slurm host list"),
     (step_env("n1", "3(x)", 0, "n1"), LOCAL, "SLURM_STEP_TASKS_PER_NODE is '3\\(x\\)'"),
     (step_env("n1", "33", 0, "n1"), {"worker": [f"h:{p}" for p in range(1, 34)]}, "more than the 32 ports"),
+    (step_env("n1", "3", 0, "n1", SLURM_STEP_RESV_PORTS="20000-20001"), LOCAL,
+     "reserves 2 port\\(s\\), but node n1 runs 3 tasks of this step; start the step with srun --resv-ports=3"),
+    (step_env("n1", "3", 0, "n1", SLURM_STEP_RESV_PORTS="20000-x"), LOCAL, "SLURM_STEP_RESV_PORTS is '20000-x'"),
 ])
 def test_each_refusal_is_one_line(env, cluster, message):
     with pytest.raises(UsageError, match=message):
@@ -122,7 +163,7 @@ def test_train_under_srun_finds_its_task_and_plans_from_its_own_cpus(tmp_path):
         resolved = commands.resolve(args)
     config, source = resolved.config, resolved.source
     assert source.task == TaskId("worker", 0) and source.tf_config is None and not source.gpus_from_manager
-    assert source.own_cpus == 3 and [str(a) for a in config.cluster.worker] == [f"localhost:{job_port(4242, 2)}"]
+    assert source.own_cpus == 3 and [str(a) for a in config.cluster.worker] == [f"localhost:{job_port(4242, 2, env)}"]
     assert source.note.startswith("Slurm job 4242 step 0: this is worker:0")
     plan = resolved.spec(cpu_set=(0, 1, 2, 3, 4, 5)).plan
     # Its own 3 CPUs, not half of the machine's 6 shared with the chief beside it, and no pinning.

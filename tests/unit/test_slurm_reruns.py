@@ -1,11 +1,14 @@
-"""The batch script's reruns (supervise/slurm_reruns.py): each step that exited 200 is one incident of the job's restart
-budget, recorded in model_dir under SLURM_JOB_ID; past restart.max_restarts, one line and exit 1."""
+"""The batch script's reruns (supervise/slurm_reruns.py): a step that exited 200 is a preemption (its mark in model_dir) or
+an incident of the job's restart budget, recorded in model_dir under SLURM_JOB_ID; past restart.max_restarts
+failures in a row without a newer checkpoint, one line and exit 1."""
 
 import json
 import re
 
-from estimator_mnist.config import config_from_dict
-from estimator_mnist.supervise.restart_budget import RECORD_FILE
+from estimator_mnist.config import TaskId, config_from_dict
+from estimator_mnist.preemption_mark import MARK_FILE, write_mark
+from estimator_mnist.supervise.restart_budget import RECORD_FILE, check_start, job_of
+from estimator_mnist.supervise.restart_record import LAST_GOOD
 from estimator_mnist.supervise.slurm_reruns import ERR_NO_JOB, ERR_SPENT, main, rerun
 from tests.helpers import error_pattern
 
@@ -16,18 +19,74 @@ def config(tmp_path, max_restarts=2):
                              "run_dir": str(tmp_path / "run")}, "job.yaml")
 
 
-def test_each_rerun_is_an_incident_until_the_budget_is_used_up(tmp_path):
+def checkpoint(tmp_path, step):
+    """The state file as Estimator writes it, and the index file latest_checkpoint looks for."""
+    model_dir = tmp_path / "model"
+    model_dir.mkdir(exist_ok=True)
+    (model_dir / f"model.ckpt-{step}.index").write_bytes(b"x")
+    (model_dir / "checkpoint").write_text(f'model_checkpoint_path: "model.ckpt-{step}"\n')
+
+
+def test_each_rerun_without_progress_is_an_incident_until_the_budget_is_used_up(tmp_path):
     environ = {"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "1"}
     outcomes = [rerun(config(tmp_path), environ) for _ in range(3)]
     assert [code for code, _ in outcomes] == [0, 0, 1]
-    assert outcomes[1][1].startswith("the step exited 200 (retryable): restart 2/2 of job slurm-77 from the last "
-                                     "checkpoint; the record: ")
+    assert outcomes[1][1].startswith("the step exited 200 (retryable): restart 2/2 of job slurm-77 (step exited 200; "
+                                     "no newer checkpoint since the previous start;")
     line = outcomes[2][1]
     assert re.fullmatch("error: " + error_pattern(ERR_SPENT), line) and "\n" not in line
-    assert "job slurm-77 has been restarted 3 times (restart.max_restarts=2): #1 at" in line
+    assert "job slurm-77 failed 3 times in a row without a newer checkpoint (restart.max_restarts=2): #1 at" in line
     assert f"{tmp_path}/run/logs/slurm-77" in line
     record = json.loads((tmp_path / "model" / RECORD_FILE).read_text())
     assert record["job"] == "slurm-77" and [i["requeues"] for i in record["incidents"]] == [1, 1, 1]
+
+
+def test_a_preempted_step_is_no_incident_and_progress_begins_the_count_again(tmp_path):
+    environ = {"SLURM_JOB_ID": "79"}
+    for step in (10, 20, 30, 40, 50):  # five preemptions, each after progress: the step saved, the mark left
+        checkpoint(tmp_path, step)
+        write_mark(str(tmp_path / "model"), step, "chief:0")
+        code, line = rerun(config(tmp_path), environ)
+        assert code == 0 and f"resumes after preemption {step // 10} (preempted at step {step}: not counted)" in line
+    for step in (60, 70):  # failures, each after progress: never more than 1 in a row
+        checkpoint(tmp_path, step)
+        assert rerun(config(tmp_path), environ)[0] == 0
+        check_start(TaskId("chief", 0), config(tmp_path).cluster, job_of(environ, None), 2,
+                    str(tmp_path / "model"), step)  # the writer's start notes what it restores
+    # Then the fault repeats without progress: the failure at 70 was its first (restart 1), one more restart
+    # (2 in a row), and the third failure in a row ends the job.
+    assert [rerun(config(tmp_path), environ)[0] for _ in range(2)] == [0, 1]
+    record = json.loads((tmp_path / "model" / RECORD_FILE).read_text())
+    assert len(record["preemptions"]) == 5 and [i["in_a_row"] for i in record["incidents"]] == [1, 1, 2, 3]
+
+
+def test_steps_whose_writer_dies_before_counting_still_end_the_job(tmp_path):
+    """The rerun notes what the next step restores: a task killed before its own start is counted (found by the
+    real Slurm test: each such failure looked like progress since the last start that got that far)."""
+    environ = {"SLURM_JOB_ID": "82"}
+    checkpoint(tmp_path, 10)
+    check_start(TaskId("chief", 0), config(tmp_path).cluster, job_of(environ, None), 2, str(tmp_path / "model"), 10)
+    checkpoint(tmp_path, 20)
+    write_mark(str(tmp_path / "model"), 20, "chief:0")
+    assert rerun(config(tmp_path), environ)[0] == 0  # preempted at 20, after progress
+    assert [rerun(config(tmp_path), environ)[0] for _ in range(3)] == [0, 0, 1]  # no writer start between
+
+
+def test_a_stale_mark_does_not_hide_a_failure(tmp_path):
+    """The mark of step 10, with training past it since: the 200 is a failure (and the mark is gone)."""
+    checkpoint(tmp_path, 20)
+    write_mark(str(tmp_path / "model"), 10, "chief:0")
+    code, line = rerun(config(tmp_path), {"SLURM_JOB_ID": "80"})
+    assert code == 0 and "restart 1/2 of job slurm-80" in line
+    assert not (tmp_path / "model" / MARK_FILE).exists()
+
+
+def test_both_copies_of_the_record_unreadable_end_the_job_with_1(tmp_path):
+    (tmp_path / "model").mkdir()
+    for name in (RECORD_FILE, RECORD_FILE + LAST_GOOD):
+        (tmp_path / "model" / name).write_text("{torn")
+    code, line = rerun(config(tmp_path), {"SLURM_JOB_ID": "81"})
+    assert code == 1 and line.startswith("error: the restart budget's record ") and "delete both files" in line
 
 
 def test_a_job_submitted_again_starts_with_a_fresh_budget(tmp_path):

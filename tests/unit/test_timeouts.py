@@ -48,6 +48,11 @@ NOT_BOUNDS_IN_CODE = {
     ("tf_task/ps_done.py", "timeout"): "one connection attempt of that probe; ps_idle_timeout_secs is the bound",
     ("tf_task/teardown.py", "poll_secs"): "how often the teardown watchdog looks for the final checkpoint",
     ("tf_task/tf_workarounds.py", "READY_POLL_SECS"): "how often a chief's readiness is looked at",
+    ("tf_task/model_dir_lock.py", "POLL_SECS"): "how often a held lock is tried again",
+    ("sweep/array_task.py", "POLL_SECS"): "how often a Slurm sweep's array task looks at its trial",
+    ("sweep/array_task.py", "PROGRESS_SECS"): "the rhythm of the array task's progress lines",
+    ("tf_model/serve/lifecycle.py", "delay_secs"): "0: no drain, for a Lifecycle built without serve's flags",
+    ("tf_model/serve/lifecycle.py", "drain_secs"): "0: no drain, for a Lifecycle built without serve's flags",
 }
 
 
@@ -65,11 +70,14 @@ def _defaults(function):
 def timed_numbers(tree):
     """(name, value) of every number the code binds to a timed name: an assignment, a keyword, a default."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and _number(node.value):
-            for target in node.targets:
+        if isinstance(node, ast.Assign):
+            pairs = [(t, node.value) for t in node.targets if not isinstance(t, ast.Tuple)] + [
+                pair for t in node.targets if isinstance(t, ast.Tuple) and isinstance(node.value, ast.Tuple)
+                for pair in zip(t.elts, node.value.elts)]  # A, B_SECS = 3, 2.0
+            for target, value in pairs:
                 name = getattr(target, "id", None) or getattr(target, "attr", None)
-                if name and TIMED.search(name):
-                    yield name, node.value.value
+                if name and TIMED.search(name) and _number(value):
+                    yield name, value.value
         elif isinstance(node, ast.Call):
             yield from ((k.arg, k.value.value) for k in node.keywords if k.arg and TIMED.search(k.arg)
                         and _number(k.value))
@@ -92,8 +100,9 @@ def test_every_number_that_bounds_a_wait_in_the_code_has_its_row():
 
 
 def test_the_scan_sees_a_number_under_a_timed_name():
-    code = "X_TIMEOUT = 4\ndef f(grace_secs=10): g(timeout=900)\nPOLL = 1\n"
-    assert sorted(timed_numbers(ast.parse(code))) == [("X_TIMEOUT", 4), ("grace_secs", 10), ("timeout", 900)]
+    code = "X_TIMEOUT = 4\nN, WAIT_SECS = 3, 2.0\ndef f(grace_secs=10): g(timeout=900)\nPOLL = 1\n"
+    assert sorted(timed_numbers(ast.parse(code))) == [("WAIT_SECS", 2.0), ("X_TIMEOUT", 4), ("grace_secs", 10),
+                                                      ("timeout", 900)]
 
 
 def test_every_config_key_that_bounds_a_wait_has_a_row():

@@ -86,11 +86,6 @@ class Monitor:
         """Whether the chief made a step since `when`: a group started then is past its start-up."""
         return self.chief_step_time is not None and self.chief_step_time >= when
 
-    def preempted_at(self) -> Optional[int]:
-        """The step at which the current trainers stopped after a SIGTERM, if they did."""
-        steps = [r["preempted_at"] for r in self._current_records().values() if r.get("preempted_at") is not None]
-        return max(steps) if steps else None
-
     def latest_eval(self) -> Optional[dict]:
         return self.evaluations[-1] if self.evaluations else None
 

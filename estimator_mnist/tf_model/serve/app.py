@@ -1,10 +1,14 @@
-"""The HTTP app: TensorFlow Serving's REST API under /v1/, the product's own /estimator-mnist/model, and the page.
+"""The HTTP app: TensorFlow Serving's REST API under /v1/, its metrics page, the product's own
+/estimator-mnist/model and /estimator-mnist/ready, and the page.
 
 Paths are matched with Serving's own regular expressions
 (model_servers/http_rest_api_util.cc), methods dispatched as its
 HttpRestApiHandler::ProcessRequest does, and every failure answered with
-its status code and `{"error": ...}` body. No TensorFlow: the versions,
-their models and the batcher come in from server.py.
+its status code and `{"error": ...}` body; with `cors`, every answer of
+/v1/ carries the headers Serving's --enable_cors_support adds
+(http_server.cc, AddCORSHeaders). Once the drain refuses new requests,
+each answer is 503 (http_server.py closes its connection). No TensorFlow:
+the versions, their models and the batcher come in from server.py.
 """
 
 from __future__ import annotations
@@ -14,33 +18,30 @@ import re
 from importlib import resources
 from typing import Optional
 
-from flask import Flask, Response, request
+from flask import Flask, g, request, Response
 
-from estimator_mnist.tf_model.serve import request_json, response_json
-from estimator_mnist.tf_model.serve.batcher import Batcher
+from estimator_mnist.tf_model.serve import metrics as metrics_module, request_json, response_json
+from estimator_mnist.tf_model.serve.serving_api import ServingApi
 from estimator_mnist.tf_model.serve.serving_errors import error_body, invalid, ServingError
-from estimator_mnist.tf_model.serve.versions import evaluation_of, Versions
+
+__all__ = ["create_app", "ServingApi", "INFO_PATH", "READY_PATH"]
 
 PREDICTION_PATH = re.compile(
     r"(?i)/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)")
 STATUS_PATH = re.compile(r"(?i)/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?(?:\/(metadata))?")
 SERVING_PATH = re.compile(r"(?i)/v1/.*")
-MAX_BODY_BYTES = 10 * 1024 * 1024
-MAX_INSTANCES = 10000  # a request may carry MNIST's whole test set, no more
 INFO_PATH = "/estimator-mnist/model"
+READY_PATH = "/estimator-mnist/ready"
+CORS_HEADERS = {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Methods": "POST, GET",
+                "Access-Control-Allow-Headers": "Content-Type"}
+API_OF_VERB = {"predict": "Predict", "classify": "Classify", "regress": "Regress"}
 
 ERR_PREFLIGHT = "Origin header is missing in CORS preflight"
 ERR_MALFORMED = "Malformed request: {method} {path}"
 ERR_NO_MODEL_NAME = "Missing model name in request."
 ERR_LABEL = "Unrecognized servable version label: {label}"
-ERR_NOT_FOUND = "Servable not found for request: {request}"
-ERR_NO_VERSIONS = "Could not find any versions of model {name}"
-ERR_NO_VERSION = "Could not find version {version} of model {name}"
-ERR_BODY_SIZE = ("Request body is larger than {limit} bytes, the limit of estimator-mnist serve; send fewer "
-                 "instances per request")
-ERR_TASK_SIZE = "Task size {size} is larger than maximum input batch size {limit}"  # TensorFlow's batching
-ERR_CLASSIFY_OUTPUTS = "Expected one or two output Tensors, found {count}"  # classifier.cc
-ERR_REGRESS_OUTPUTS = "Expected one output Tensor."  # regressor.cc
+ERR_BODY_SIZE = ("Request body is larger than {limit} bytes, the limit of estimator-mnist serve (--max-body-bytes); "
+                 "send fewer instances per request")
 
 
 def _json(body: str, status: int = 200, version: Optional[int] = None) -> Response:
@@ -50,37 +51,30 @@ def _json(body: str, status: int = 200, version: Optional[int] = None) -> Respon
     return response
 
 
-class ServingApi:
-    """One model name over one Versions, answering as TF Serving does."""
+class RestApi:
+    """HttpRestApiHandler over the shared ServingApi."""
 
-    def __init__(self, name: str, versions: Versions, batcher: Batcher):
-        self.name, self.versions, self.batcher = name, versions, batcher
+    def __init__(self, api: ServingApi, max_body_bytes: int):
+        self.api, self.max_body_bytes = api, max_body_bytes
 
     def _read_body(self) -> bytes:
-        body = request.stream.read(MAX_BODY_BYTES + 1)
-        if len(body) > MAX_BODY_BYTES:
-            raise invalid(ERR_BODY_SIZE.format(limit=MAX_BODY_BYTES))
+        body = request.stream.read(self.max_body_bytes + 1)
+        if len(body) > self.max_body_bytes:
+            raise invalid(ERR_BODY_SIZE.format(limit=self.max_body_bytes))
         return body
-
-    def _acquire(self, name: str, version: Optional[int]):
-        served = self.versions.acquire(version) if name == self.name else None
-        if served is None:
-            spec = f"Specific({name}, {version})" if version is not None else f"Latest({name})"
-            raise ServingError("NOT_FOUND", ERR_NOT_FOUND.format(request=spec))
-        return served
 
     def predict(self, name: str, version: Optional[int]) -> Response:
         body, held = self._read_body(), []
+        deadline = self.api.deadline()
 
         def input_types_of(signature_name: str):
-            held.append(self._acquire(name, version))
+            held.append(self.api.acquire(name, version))
             return held[0].model.input_types(signature_name)
 
         try:
             parsed = request_json.parse_predict(body, input_types_of)
-            if parsed.batch_size > MAX_INSTANCES:
-                raise invalid(ERR_TASK_SIZE.format(size=parsed.batch_size, limit=MAX_INSTANCES))
-            outputs = self.batcher.submit(held[0], parsed.signature_name, parsed.inputs).result()
+            g.labels["signature_name"] = parsed.signature_name
+            outputs = self.api.run(held[0], parsed.signature_name, parsed.inputs, deadline)
             return _json(response_json.predict_body(outputs, parsed.row_format), version=held[0].number)
         finally:
             for served in held:
@@ -88,27 +82,18 @@ class ServingApi:
 
     def classify_or_regress(self, name: str, version: Optional[int], method: str) -> Response:
         signature_name = request_json.parse_examples(self._read_body())
-        served = self._acquire(name, version)
+        served = self.api.acquire(name, version)
         try:
-            count = served.model.output_count(signature_name)
+            self.api.check_classify_or_regress(served, signature_name, method)
         finally:
             served.release()
-        if method == "classify" and count not in (1, 2):
-            raise invalid(ERR_CLASSIFY_OUTPUTS.format(count=count))
-        if method == "regress" and count != 1:
-            raise invalid(ERR_REGRESS_OUTPUTS)
-        raise ServingError("UNIMPLEMENTED", f"estimator-mnist serve answers :predict only, not :{method}")
+        raise AssertionError("unreachable: check_classify_or_regress always raises")
 
     def status(self, name: str, version: Optional[int]) -> Response:
-        states = self.versions.states(version) if name == self.name else []
-        if not states:
-            message = ERR_NO_VERSION.format(version=version, name=name) if version is not None else \
-                ERR_NO_VERSIONS.format(name=name)
-            raise ServingError("NOT_FOUND", message)
-        return _json(json.dumps(response_json.status_body(states), indent=1))
+        return _json(json.dumps(response_json.status_body(self.api.states(name, version)), indent=1))
 
     def metadata(self, name: str, version: Optional[int]) -> Response:
-        served = self._acquire(name, version)
+        served = self.api.acquire(name, version)
         try:
             body = response_json.metadata_body(name, served.number, served.model.signature_defs)
         finally:
@@ -132,20 +117,29 @@ class ServingApi:
             raise invalid(ERR_NO_MODEL_NAME)
         return self.metadata(name, version) if verb == "metadata" else self.status(name, version)
 
-    def info(self) -> dict:
-        """The product's own facts about the served version, for the page: outside Serving's paths."""
-        served = self.versions.acquire()
-        if served is None:
-            return {"name": self.name, "version": None}
+    def answer(self, path: str) -> Response:
+        """One request under /v1/, counted in flight and in the metrics, with Serving's error bodies."""
+        match = PREDICTION_PATH.fullmatch(path) or STATUS_PATH.fullmatch(path)
+        name, verb = (match.group(1) or "", match.group(4)) if match else ("", None)
+        api = API_OF_VERB.get(verb or "", "GetModelMetadata" if verb == "metadata" else "GetModelStatus")
         try:
-            return {"name": self.name, "version": served.number, "export": served.export_dir,
-                    **evaluation_of(served.export_dir)}
-        finally:
-            served.release()
+            with self.api.request(api, "REST", name) as labels:
+                g.labels = labels
+                if request.method == "OPTIONS":  # a CORS preflight, as Serving's dispatcher answers it
+                    if not re.match(r"https?://", request.headers.get("Origin", "")):
+                        raise ServingError("FAILED_PRECONDITION", ERR_PREFLIGHT)
+                    return _json("")
+                return self.handle(request.method, path)
+        except ServingError as exc:
+            return _json(error_body(exc.message), exc.http_status)
+        except Exception as exc:  # pylint: disable=broad-except  # Serving's INTERNAL; the server goes on
+            return _json(error_body(f"{type(exc).__name__}: {exc}"), 500)
 
 
-def create_app(api: ServingApi) -> Flask:
+def create_app(api: ServingApi, max_body_bytes: int, cors: bool = False) -> Flask:
+    """`max_body_bytes`: serve's --max-body-bytes (its default is serve_flags.MAX_BODY_BYTES)."""
     app = Flask(__name__, static_folder=str(resources.files(__package__) / "static"), static_url_path="/static")
+    rest = RestApi(api, max_body_bytes)
 
     @app.route("/")
     def page():
@@ -155,20 +149,27 @@ def create_app(api: ServingApi) -> Flask:
     def info():
         return _json(json.dumps(api.info()))
 
-    @app.route("/<path:rest>", methods=["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
-    def serving(rest):
-        path = "/" + rest
+    @app.route(READY_PATH)
+    def ready():
+        """For a readiness probe: 503 from the drain's start on, and while no version is served yet."""
+        served = api.versions.acquire()
+        if served is not None:
+            served.release()
+        ok = api.lifecycle.ready and served is not None
+        return _json(json.dumps({"ready": ok, "draining": api.lifecycle.draining}), 200 if ok else 503)
+
+    @app.route(metrics_module.PATH)
+    def prometheus():
+        return Response(api.metrics.page(), mimetype=None, content_type=metrics_module.CONTENT_TYPE)
+
+    @app.route("/<path:rest_of_path>", methods=["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
+    def serving(rest_of_path):
+        path = "/" + rest_of_path
         if not SERVING_PATH.fullmatch(path):
             return _json(error_body(f"Not found: {path}"), 404)
-        try:
-            if request.method == "OPTIONS":  # a CORS preflight, as Serving's dispatcher answers it
-                if not re.match(r"https?://", request.headers.get("Origin", "")):
-                    raise ServingError("FAILED_PRECONDITION", ERR_PREFLIGHT)
-                return _json("")
-            return api.handle(request.method, path)
-        except ServingError as exc:
-            return _json(error_body(exc.message), exc.http_status)
-        except Exception as exc:  # pylint: disable=broad-except  # Serving's INTERNAL; the server goes on
-            return _json(error_body(f"{type(exc).__name__}: {exc}"), 500)
+        response = rest.answer(path)
+        if cors:
+            response.headers.update(CORS_HEADERS)
+        return response
 
     return app

@@ -5,7 +5,13 @@ JsonValueToDebugString, GetDenseTensorShape, FillTensorProto,
 AddValueToTensor, the b64 objects), with its error texts. Serving parses
 with rapidjson; Python's json module stands in for it, with rapidjson's
 messages for the same mistakes, NaN and Infinity accepted, and anything
-after the first value ignored (kParseStopWhenDoneFlag). No TensorFlow.
+after the first value ignored (kParseStopWhenDoneFlag). Numbers are read as
+rapidjson reads them: an integer beyond 64 bits is a double, and a number
+beyond a double's range is "Number too big to be stored in double." (where
+Python would make it inf, or fail on 4,300 digits); a finite double beyond
+float's range becomes inf in a DT_FLOAT tensor, as Serving's GetFloat()
+makes it. Values nested deeper than MAX_DEPTH are refused (rapidjson would
+exhaust its stack). No TensorFlow.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ DTYPES = {"DT_FLOAT": ("float", np.float32), "DT_DOUBLE": ("double", np.float64)
           "DT_INT64": ("int64", np.int64), "DT_BOOL": ("bool", np.bool_), "DT_STRING": ("string", object)}
 INT32_RANGE = (-2 ** 31, 2 ** 31 - 1)
 INT64_RANGE = (-2 ** 63, 2 ** 63 - 1)
+UINT64_MAX = 2 ** 64 - 1
+MAX_DEPTH = 64  # a tensor here has at most 5 levels; a deeper value is no tensor
 
 ERR_EMPTY = "JSON Parse error: The document is empty"
 ERR_PARSE = "JSON Parse error: {reason} at offset: {offset}"
@@ -38,6 +46,10 @@ ERR_LEVEL = "JSON Value: {value} found at incorrect level: {level} in the JSON D
 ERR_LIST_LEVEL = "Encountered list at unexpected level: {level} expected < {rank}"
 ERR_LIST_SIZE = "Encountered list at unexpected size: {size} at level: {level} expected size: {expected}"
 ERR_CONVERSION = "Conversion of JSON Value: {value} to type: {dtype}"
+ERR_NUMBER_TOO_BIG = "Number too big to be stored in double."
+ERR_DEPTH = ("JSON Value nested deeper than {limit} levels, the limit of estimator-mnist serve: no tensor has so "
+             "many dimensions")
+_NUMBER_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?')
 # Python's json messages, and rapidjson's (GetParseError_En) for the same mistake.
 _RAPIDJSON_REASONS = (
     ("Expecting value", "Invalid value."),
@@ -60,6 +72,58 @@ def _reason(error: json.JSONDecodeError) -> str:
     return next((ours for theirs, ours in _RAPIDJSON_REASONS if error.msg.startswith(theirs)), "Invalid value.")
 
 
+class _TooBig(ValueError):
+    """A number beyond a double's range, the `index`-th number of the document."""
+
+    def __init__(self, index: int):
+        super().__init__(index)
+        self.index = index
+
+
+def _number_readers():
+    """parse_float and parse_int as rapidjson reads numbers; they count the numbers, to place an error."""
+    count = [0]
+
+    def as_double(text: str) -> float:
+        value = float(text)
+        count[0] += 1
+        if value in (float("inf"), float("-inf")):
+            raise _TooBig(count[0] - 1)
+        return value
+
+    def as_integer(text: str):
+        digits = len(text.lstrip("-"))
+        if digits > 20:  # beyond 64 bits whatever the digits: a double (or too big for one)
+            return as_double(text)
+        value = int(text)
+        if not INT64_RANGE[0] <= value <= UINT64_MAX:
+            return as_double(text)
+        count[0] += 1
+        return value
+
+    return as_double, as_integer
+
+
+def _offset_of_number(text: str, start: int, index: int) -> int:
+    """Where the `index`-th number of the document starts (rapidjson's offset of a number it cannot store)."""
+    numbers = (m for m in _NUMBER_OR_STRING.finditer(text, start) if not m.group().startswith('"'))
+    for position, match in enumerate(numbers):
+        if position == index:
+            return match.start()
+    return start
+
+
+def _depth_at_most(value, limit: int) -> bool:
+    level = [(value, 1)]
+    while level:
+        item, depth = level.pop()
+        if depth > limit:
+            return False
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        level.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return True
+
+
 def parse_document(body: bytes) -> Any:
     """The first JSON value of `body`, or Serving's parse error."""
     if not body.strip():
@@ -69,12 +133,18 @@ def parse_document(body: bytes) -> Any:
     except UnicodeDecodeError as exc:
         raise invalid(ERR_PARSE.format(reason="Invalid encoding in string.", offset=exc.start)) from None
     start = _WHITESPACE.match(text).end()
+    as_double, as_integer = _number_readers()
     try:
-        value, _ = json.JSONDecoder().raw_decode(text, start)
+        value, _ = json.JSONDecoder(parse_float=as_double, parse_int=as_integer).raw_decode(text, start)
+    except _TooBig as exc:
+        raise invalid(ERR_PARSE.format(reason=ERR_NUMBER_TOO_BIG, offset=_offset_of_number(text, start, exc.index))) \
+            from None
     except json.JSONDecodeError as exc:
         raise invalid(ERR_PARSE.format(reason=_reason(exc), offset=exc.pos)) from None
     except RecursionError:
-        raise invalid(ERR_PARSE.format(reason="Invalid value.", offset=start)) from None
+        raise invalid(ERR_DEPTH.format(limit=MAX_DEPTH)) from None
+    if not _depth_at_most(value, MAX_DEPTH):
+        raise invalid(ERR_DEPTH.format(limit=MAX_DEPTH))
     return value
 
 
@@ -192,4 +262,5 @@ def to_array(value, dtype: str) -> np.ndarray:
         array = np.empty(len(values), dtype=object)
         array[:] = values
         return array.reshape(shape)
-    return np.asarray(values, dtype=numpy_dtype).reshape(shape)
+    with np.errstate(over="ignore"):  # 1e40 into float32 is inf, as Serving's GetFloat() makes it
+        return np.asarray(values, dtype=numpy_dtype).reshape(shape)

@@ -24,6 +24,7 @@ class LoadedModel:
     def __init__(self, export_dir: str):
         self._classifier = Classifier(export_dir)
         self._signatures = dict(self._classifier.signatures)
+        self.signature_protos = self._signatures  # SignatureDefs, for gRPC's GetModelMetadata
         # Serving's metadata prints every field, with proto field names (http_rest_api_util.cc ToJsonString).
         self.signature_defs = {name: MessageToDict(definition, preserving_proto_field_name=True,
                                                    including_default_value_fields=True)

@@ -1,9 +1,12 @@
-"""`estimator-mnist serve`: checks the model path and the port without TensorFlow, then loads the newest export,
-watches for newer ones and answers HTTP with waitress (a threaded WSGI server) until Ctrl-C.
+"""`estimator-mnist serve`: checks the model path and the ports without TensorFlow, then loads the newest export,
+watches for newer ones, answers HTTP with waitress (a threaded WSGI server) and gRPC with grpcio, until SIGTERM
+or Ctrl-C, which drain (lifecycle.py): exit 0 after SIGTERM, 130 after Ctrl-C, 143 when a second signal cut the
+drain short.
 
-The listening socket is bound here, before TensorFlow is imported, so that
-a busy port is one line and exit 2 within a second, and so that no request
-can reach a half-started server.
+Both ports are bound here, before TensorFlow is imported, so that a busy
+port is one line and exit 2 within a second, and so that no request can
+reach a half-started server. The process handles its own signals: only
+flags are set in the handlers, the main thread's loop acts on them.
 """
 
 from __future__ import annotations
@@ -14,16 +17,18 @@ import os
 import signal
 import socket
 import sys
+import time
 
+from estimator_mnist.config import timeouts
 from estimator_mnist.errors import UsageError
 from estimator_mnist.plan.hosts import LOOPBACK_HOSTS
 from estimator_mnist.startup_noise import before_import
 
-THREADS = 32  # waitress' request threads: each waits on the batcher, so they bound the concurrent requests
+STOPPED_BY_SECOND_SIGNAL = 143  # 128 + SIGTERM: the drain was cut short
 ERR_NO_MODEL = ("{path}: no such directory; give an export directory, a model_dir or a run directory, as for "
                 "predict (a model_dir without an export yet is served from its first export on)")
 ERR_UNREADABLE = "{path}: cannot be read ({reason}); give a directory this user can read"
-ERR_PORT = "port {port} on {host} cannot be used ({reason}); give another with --port, or stop what holds it"
+ERR_PORT = "port {port} on {host} cannot be used ({reason}); give another with {flag}, or stop what holds it"
 ERR_LOAD = "{path}: the export {export} cannot be loaded: {reason}"
 WARN_EXPOSED = ("estimator-mnist: warning: serving on {host}:{port}, not on loopback: anyone who can reach this "
                 "port can use the model (there is no authentication)")
@@ -40,13 +45,13 @@ def check_model_path(path: str) -> None:
         raise UsageError(ERR_UNREADABLE.format(path=path, reason=exc.strerror or exc)) from None
 
 
-def listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int, flag: str = "--port") -> socket.socket:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         family, _, _, _, address = infos[0]
         sock = socket.socket(family, socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
-        raise UsageError(ERR_PORT.format(port=port, host=host, reason=f"unknown host: {exc}")) from None
+        raise UsageError(ERR_PORT.format(port=port, host=host, reason=f"unknown host: {exc}", flag=flag)) from None
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
@@ -54,8 +59,14 @@ def listen(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         reason = "already in use" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
-        raise UsageError(ERR_PORT.format(port=port, host=host, reason=reason)) from None
+        raise UsageError(ERR_PORT.format(port=port, host=host, reason=reason, flag=flag)) from None
     return sock
+
+
+def check_grpc_port(host: str, port: int) -> None:
+    """A busy gRPC port or an unknown host, named as for REST before TensorFlow loads (grpc_server.py binds it
+    once the model is loaded)."""
+    listen(host, port, "--grpc-port").close()
 
 
 def exposure_warning(host: str, port: int) -> str:
@@ -84,50 +95,90 @@ def run(args) -> int:
     check_model_path(args.model)
     sock = listen(args.host, args.port)
     try:
+        if args.grpc_port:
+            check_grpc_port(args.host, args.grpc_port)
         warning = exposure_warning(args.host, args.port)
         if warning:
             print(warning, file=sys.stderr, flush=True)
         before_import()  # TensorFlow's start-up notices say nothing about serving (startup_noise.py)
-        from estimator_mnist.tf_model.serve.model import LoadedModel  # pylint: disable=import-outside-toplevel  # TensorFlow, after the checks
-        from estimator_mnist.tf_model.serve.versions import Versions  # pylint: disable=import-outside-toplevel
+        # pylint: disable=import-outside-toplevel  # TensorFlow, after the checks
+        from estimator_mnist.tf_model.serve.batcher import Batcher
+        from estimator_mnist.tf_model.serve.model import LoadedModel
+        from estimator_mnist.tf_model.serve.versions import Versions
 
-        versions = Versions(args.model, LoadedModel, log=_log, poll_secs=args.poll_secs)
+        batcher = Batcher(args.max_batch_size, args.batch_timeout_ms / 1000.0)
+        versions = Versions(args.model, LoadedModel, log=_log, poll_secs=args.poll_secs,
+                            unload_wait_secs=args.request_timeout_ms / 1000.0, retire=batcher.retire)
         _load_first(versions, args.model)
-        return _serve(args, sock, versions)
+        return _serve(args, sock, versions, batcher)
     finally:
         sock.close()
 
 
-def _serve(args, sock: socket.socket, versions) -> int:
-    # pylint: disable=import-outside-toplevel  # Flask and waitress only once the input is known to be good
-    from waitress.server import create_server
-
-    from estimator_mnist.tf_model.serve.app import create_app, INFO_PATH, ServingApi
-    from estimator_mnist.tf_model.serve.batcher import Batcher
+def _serve(args, sock: socket.socket, versions, batcher) -> int:
+    # pylint: disable=import-outside-toplevel  # Flask, waitress and the gRPC services once the input is known good
+    from estimator_mnist.tf_model.serve.app import create_app, INFO_PATH, READY_PATH
+    from estimator_mnist.tf_model.serve.grpc_server import GrpcServer
+    from estimator_mnist.tf_model.serve.http_server import HttpServer
+    from estimator_mnist.tf_model.serve.lifecycle import Lifecycle
+    from estimator_mnist.tf_model.serve.serving_api import ServingApi
 
     logging.getLogger("waitress").setLevel(logging.ERROR)  # its queue-depth notices are no news under load
-    batcher = Batcher(args.max_batch_size, args.batch_timeout_ms / 1000.0).start()
+    lifecycle = Lifecycle(args.drain_delay_secs, args.drain_secs)
+    api = ServingApi(args.name, versions, batcher, deadline_secs=args.request_timeout_ms / 1000.0,
+                     lifecycle=lifecycle)
+    http = HttpServer(create_app(api, args.max_body_bytes, args.enable_cors), sock, lifecycle, args.max_body_bytes)
+    grpc_server = GrpcServer(api, args.host, args.grpc_port, args.grpc_max_message_bytes) if args.grpc_port else None
     versions.start()
-    app = create_app(ServingApi(args.name, versions, batcher))
-    server = create_server(app, sockets=[sock], threads=THREADS, clear_untrusted_proxy_headers=True)
     host = f"[{args.host}]" if ":" in args.host else args.host
     base = f"http://{host}:{args.port}"
-    _log(f"the page: {base}/  TF Serving's REST API: {base}/v1/models/{args.name}  "
-         f"the served version: {base}{INFO_PATH}  (Ctrl-C stops)")
-    interrupted = []
-
-    def on_ctrl_c(signum, frame):
-        interrupted.append(signum)
-        raise KeyboardInterrupt  # waitress' loop takes it as the end of serving, and returns
-
-    previous = signal.signal(signal.SIGINT, on_ctrl_c)
+    grpc_text = f"  TF Serving's gRPC API: {host}:{args.grpc_port}" if grpc_server is not None else ""
+    _log(f"the page: {base}/  TF Serving's REST API: {base}/v1/models/{args.name}{grpc_text}  "
+         f"the served version: {base}{INFO_PATH}  ready: {base}{READY_PATH}  (SIGTERM or Ctrl-C drains)")
+    signals: list = []
+    previous = {number: signal.signal(number, lambda signum, frame: signals.append(signum))
+                for number in (signal.SIGTERM, signal.SIGINT)}
     try:
-        server.run()
-    finally:  # Ctrl-C or any failure: nothing is left running
-        signal.signal(signal.SIGINT, previous)
-        server.close()
-        batcher.stop()
-        versions.stop()
-    if interrupted:
-        raise KeyboardInterrupt  # exit 130 (cli.py)
-    return 0
+        _run_until_drained(http, grpc_server, lifecycle, signals)
+    finally:  # a signal or any failure: nothing is left running
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        http.close()
+        if grpc_server is not None:
+            grpc_server.close()
+        batcher.stop(timeout=timeouts.SERVE_CLOSE_SECS)
+        versions.stop(wait_secs=timeouts.SERVE_CLOSE_SECS)
+    if len(signals) > 1:
+        return STOPPED_BY_SECOND_SIGNAL if signals[0] != signal.SIGINT else _interrupted()
+    return _interrupted() if signals[0] == signal.SIGINT else 0
+
+
+def _interrupted() -> int:
+    raise KeyboardInterrupt  # exit 130 (cli.py)
+
+
+def _run_until_drained(http, grpc_server, lifecycle, signals: list) -> None:
+    """Serves until a signal, then drains: not ready at once, new requests answered for the delay, then refused
+    while those in flight finish (at most drain_secs). A second signal ends the drain at once."""
+    while not signals:
+        http.poll(0.2)
+    lifecycle.begin_drain()
+    name = signal.Signals(signals[0]).name
+    _log(f"{name}: draining: not ready; new requests answered for {lifecycle.delay_secs:g} s more, then refused; "
+         f"those in flight given {lifecycle.drain_secs:g} s (a second signal stops at once)")
+    refuse_at = time.monotonic() + lifecycle.delay_secs
+    while len(signals) < 2 and time.monotonic() < refuse_at:
+        http.poll(min(0.2, max(refuse_at - time.monotonic(), 0.0)))
+    lifecycle.refuse()
+    http.stop_accepting()
+    stopped = grpc_server.stop(lifecycle.drain_secs) if grpc_server is not None else None
+    end = time.monotonic() + lifecycle.drain_secs
+    while len(signals) < 2 and time.monotonic() < end:
+        if lifecycle.in_flight == 0 and http.idle() and (stopped is None or stopped.done()):
+            _log("drained: every request accepted was answered")
+            return
+        http.poll(0.05)
+    if len(signals) > 1:
+        _log(f"{signal.Signals(signals[1]).name} again: stopping at once, {lifecycle.in_flight} requests cut off")
+    else:
+        _log(f"{lifecycle.in_flight} requests still in flight after {lifecycle.drain_secs:g} s: cut off")

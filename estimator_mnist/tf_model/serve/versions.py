@@ -2,8 +2,10 @@
 version policy (the latest version) does, with its status for `GET /v1/models/NAME`.
 
 A version is an export's directory name (its timestamp). A newer one is
-loaded beside the one being served, which is unloaded only once no request
-uses it any more (Serving's availability-preserving policy). Loading is
+loaded beside the one being served, which is unloaded, in a thread of its
+own, once no request uses it any more (Serving's availability-preserving
+policy) or `unload_wait_secs` have passed (the request deadline: a request
+still holding it by then has been answered DEADLINE_EXCEEDED). Loading is
 injected (`load(export_dir)`), so this module needs no TensorFlow. An export
 deleted while loaded does not matter: the loaded graph and its variables are
 in memory; one deleted while it loads fails that load, which is recorded as
@@ -67,19 +69,25 @@ class Version:
             self.users -= 1
             self.lock.notify_all()
 
-    def unload(self) -> None:
-        """Waits for the requests that use it, then frees it."""
+    def unload(self, timeout: Optional[float] = None, retire: Callable[["Version", float], bool] = None) -> bool:
+        """Waits at most `timeout` for the requests that use it, stops its model calls (`retire`), frees it;
+        False if a request or a model call still held it when it was freed."""
         with self.lock:
-            self.lock.wait_for(lambda: self.users == 0)
-        self.model.close()
+            idle = self.lock.wait_for(lambda: self.users == 0, timeout)
+        idle = (retire(self, 1.0) if retire else True) and idle
+        self.model.close()  # closing the session cancels a call still running in it
+        return idle
 
 
 class Versions:
     """The served version of one model path, and every version's state as Serving reports it."""
 
     def __init__(self, model_path: str, load: Callable[[str], object], log: Callable[[str], None] = print,
-                 poll_secs: float = POLL_SECS):
+                 poll_secs: float = POLL_SECS, unload_wait_secs: Optional[float] = None,
+                 retire: Optional[Callable[[Version, float], bool]] = None):
         self._path, self._load, self._log, self._poll_secs = model_path, load, log, poll_secs
+        self._unload_wait_secs, self._retire = unload_wait_secs, retire
+        self._unloading: List[threading.Thread] = []
         self._lock = threading.Lock()
         self._served: Optional[Version] = None
         self._states: Dict[int, Tuple[str, str, str]] = {}  # version -> (state, error_code, error_message)
@@ -111,10 +119,18 @@ class Versions:
             old, self._served = self._served, Version(number, export_dir, model)
             self._states[number] = ("AVAILABLE", "OK", "")
         self._log(f"serving version {number} ({export_dir})")
-        if old is not None:
+        if old is not None:  # in a thread of its own: a request that hangs on it cannot hold up later versions
             self._states[old.number] = ("UNLOADING", "OK", "")
-            old.unload()
-            self._states[old.number] = ("END", "OK", "")
+            thread = threading.Thread(target=self._unload, args=(old, self._unload_wait_secs),
+                                      name=f"serve-unload-{old.number}", daemon=True)
+            self._unloading.append(thread)
+            thread.start()
+
+    def _unload(self, old: Version, wait_secs: Optional[float]) -> None:
+        if not old.unload(wait_secs, self._retire):
+            self._log(f"version {old.number} unloaded while a request or a model call still held it, after "
+                      f"{wait_secs:g} s")
+        self._states[old.number] = ("END", "OK", "")
 
     def acquire(self, number: Optional[int] = None) -> Optional[Version]:
         """The served version (or `number` if it is the served one), held until `release()`; None if there is none."""
@@ -142,11 +158,15 @@ class Versions:
             self._thread = threading.Thread(target=self._watch, name="serve-versions", daemon=True)
             self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait_secs: Optional[float] = None) -> None:
+        """Stops polling and unloads every version, each waiting at most `wait_secs` for its requests."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         with self._lock:
             served, self._served = self._served, None
         if served is not None:
-            served.unload()
+            self._states[served.number] = ("UNLOADING", "OK", "")
+            self._unload(served, wait_secs)
+        for thread in self._unloading:
+            thread.join(wait_secs)
