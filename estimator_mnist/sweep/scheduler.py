@@ -10,15 +10,18 @@ so keeps its checkpoints and the next run of the same sweep resumes it.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from estimator_mnist.config import timeouts
+from estimator_mnist.config import TaskId, timeouts
 from estimator_mnist.errors import INTERRUPTED_EXIT_CODE
-from estimator_mnist.supervise.process_group import TaskProcess, affinity_of, describe_exit, stop_processes
+from estimator_mnist.plan.task_spec import spec_environment
+from estimator_mnist.supervise.process_group import (TaskProcess, affinity_of, describe_exit, start_pinned,
+                                                     stop_processes)
 from estimator_mnist.sweep import records, trials
 from estimator_mnist.sweep.devices import Device
 from estimator_mnist.sweep.stopping import median_verdict
@@ -33,6 +36,15 @@ CHOOSING = {
     "accuracy": "no validation split (data.validation_examples: 0): the median rule, the ranking and best.yaml use "
                 "the TEST accuracy, so the best trial's test figure is optimistic",
 }
+
+
+def start_trial(trial: trials.Trial, device: Device, argv: List[str]) -> TaskProcess:
+    """Writes the trial's TaskSpec for `device` and starts `argv` (`train --spec`) in its own process group,
+    pinned to the device's cores before exec; TF_CONFIG is left out, as for every task started from a spec."""
+    gpus = [device.gpu] if device.kind == "gpu" else []  # a CPU trial must see no GPU
+    trials.write_spec(trial, trials.trial_spec(trial, gpus=gpus, cpu_set=device.cores or None))
+    return start_pinned(TaskId("trial", int(trial.name.split("-")[-1])), argv, spec_environment(os.environ),
+                        trial.log_path, device.cores if device.kind == "cpu" else None)
 
 
 @dataclass(frozen=True)
@@ -69,8 +81,8 @@ class SweepRunner:
     # --- one trial ---------------------------------------------------------------------------------------
     def _start(self, trial: trials.Trial, device: Device) -> None:
         row = self.rows[trial.name]
-        trials.write_trial_yaml(trial, device)
-        process = trials.start(trial, device, int(trial.name.split("-")[-1]), self.command_for(trial))
+        trials.write_trial_yaml(trial)
+        process = start_trial(trial, device, self.command_for(trial))
         affinity = affinity_of(process.pid)  # None: it has exited already; its end is recorded at the next poll
         resumed = trials.evaluations(trial) or (trial.model_dir / "checkpoint").is_file()
         row.update(state="running", device=str(device), affinity=affinity, pid=process.pid, started=time.time(),
@@ -117,7 +129,7 @@ class SweepRunner:
 
     def _update_live(self) -> None:
         for name in self.running:
-            live = {k: v for k, v in trials.live(self.trials[name]).items() if v is not None}
+            live = {k: v for k, v in trials.live(self.trials[name].directory).items() if v is not None}
             self.rows[name].update(live)
 
     # --- the sweep ---------------------------------------------------------------------------------------

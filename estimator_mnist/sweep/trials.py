@@ -1,33 +1,36 @@
-"""One trial: its YAML, its process on its device, and what it achieved, read from its own records. No TensorFlow.
+"""One trial: its YAML, its TaskSpec, and what it achieved, read from its own records. No TensorFlow.
 
-A trial is `estimator-mnist train --cluster <trial>/trial.yaml` without
---task: the single-process job (strategy one_device), which trains,
-evaluates each checkpoint on its validation split and the whole test set and
-exports, in its own directory. Started again on the same directory, it
-resumes from its newest checkpoint. Unless the base YAML or a --param sets
-data.validation_examples, a trial holds out the last
-DEFAULT_VALIDATION_EXAMPLES training images (splits.py): the sweep chooses on
-them, never on the test set.
+A trial is the single-process job (strategy one_device) of `trial.yaml`,
+which trains, evaluates each checkpoint on its validation split and the
+whole test set and exports, in its own directory. It starts as every task
+does: from a TaskSpec (`trial.spec.json`, `train --spec`), planned where it
+runs: by the local scheduler for the trial's device (its cores, or its own
+GPU), or by the trial's Slurm array task for what Slurm gave it
+(sweep/array_task.py). trial.yaml itself carries no device. Started again on
+the same directory, a trial resumes from its newest checkpoint. Unless the
+base YAML or a --param sets data.validation_examples, a trial holds out the
+last DEFAULT_VALIDATION_EXAMPLES training images (splits.py): the sweep
+chooses on them, never on the test set.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Sequence
 
 from estimator_mnist import checkpoints
 from estimator_mnist.config import TaskId, apply_overrides, config_from_dict
-from estimator_mnist.files import write_json_atomic
-from estimator_mnist.supervise.process_group import TaskProcess, start_pinned
+from estimator_mnist.files import write_json_atomic, write_text_atomic
+from estimator_mnist.plan.task_plan import plan_task
+from estimator_mnist.plan.task_spec import TaskSpec
 from estimator_mnist.progress import read_progress
-from estimator_mnist.sweep.devices import Device
 from estimator_mnist.sweep.records import TRIAL_FILE
 from estimator_mnist.sweep.space import as_overrides
 
-LOG_FILE, SUMMARY_FILE = "trial.log", "run_summary.json"
+LOG_FILE, SUMMARY_FILE, SPEC_FILE = "trial.log", "run_summary.json", "trial.spec.json"
+TRIAL_TASK = TaskId("chief", 0)  # a trial is one process: the chief of a cluster of one
 UNUSED_ADDRESS = "localhost:2222"  # a single-process job starts no server: the port is never opened
 DEFAULT_VALIDATION_EXAMPLES = 5000
 
@@ -41,6 +44,7 @@ class Trial:
     max_steps: int
     batch: int           # its global batch: one replica
     validation_examples: int = 0  # its held-out rows (data.validation_examples): 0 leaves only the test set
+    max_restarts: int = 0  # restart.max_restarts: the retryable failures an array task runs it again after
 
     @property
     def model_dir(self) -> Path:
@@ -66,10 +70,13 @@ def trial_data(base: dict, values: Dict[str, object], directory: Path, data_dir:
     return data
 
 
-def on_device(data: dict, device: Device) -> dict:
-    """The trial's data with its device: its own GPU, or none at all (a CPU trial must not take a GPU)."""
+def with_gpus(data: dict, gpus: Optional[List[int]]) -> dict:
+    """The trial's data with `tasks.all.gpus` set: [i] its own GPU, [] none at all (a CPU trial must not take a
+    GPU); None leaves the GPUs to whoever started it (Slurm's CUDA_VISIBLE_DEVICES)."""
+    if gpus is None:
+        return data
     every = dict((data.get("tasks") or {}).get("all") or {})
-    every["gpus"] = [device.gpu] if device.kind == "gpu" else []
+    every["gpus"] = list(gpus)
     return {**data, "tasks": {"all": every}}
 
 
@@ -80,29 +87,37 @@ def make_trial(name: str, values: dict, sweep_dir: Path, base: dict, data_dir: s
     values_text = ", ".join(as_overrides(values))
     config = config_from_dict(data, str(directory / TRIAL_FILE), f"{name} ({values_text})")
     return Trial(name, values, directory, data, config.training.max_steps, config.training.batch_size_per_replica,
-                 config.data.validation_examples)
+                 config.data.validation_examples, config.restart.max_restarts)
 
 
-def write_trial_yaml(trial: Trial, device: Device) -> Path:
+def write_trial_yaml(trial: Trial) -> Path:
+    """<trial>/trial.yaml: the trial's settings, the same wherever it runs (its device is in its spec)."""
     import yaml  # Imported here so `--help` stays instant.
 
     trial.directory.mkdir(parents=True, exist_ok=True)
     path = trial.directory / TRIAL_FILE
-    data = on_device(trial.data, device)
-    path.write_text(f"# {trial.name} of a sweep, on {device}: one process, written by estimator-mnist sweep\n"
-                    + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    path.write_text(f"# {trial.name} of a sweep: one process, written by estimator-mnist sweep\n"
+                    + yaml.safe_dump(trial.data, sort_keys=False), encoding="utf-8")
     return path
 
 
+def trial_spec(trial: Trial, gpus: Optional[List[int]] = None, cpu_set: Optional[Sequence[int]] = None,
+               own_cpus: Optional[int] = None, gpus_from_manager: bool = False) -> TaskSpec:
+    """The trial's TaskSpec where it runs: `gpus` as in with_gpus, `cpu_set` the cores it is pinned to (default:
+    this process's), `own_cpus` the CPUs Slurm gave it, `gpus_from_manager` when Slurm gave it its GPUs."""
+    config = config_from_dict(with_gpus(trial.data, gpus), str(trial.directory / TRIAL_FILE))
+    plan = plan_task(config, TRIAL_TASK, cpu_set=cpu_set, own_cpus=own_cpus, gpus_from_manager=gpus_from_manager)
+    return TaskSpec(config=config, plan=plan)
+
+
+def write_spec(trial: Trial, spec: TaskSpec) -> Path:
+    """<trial>/trial.spec.json, which `train --spec` runs (again at a resume: planned anew where it runs)."""
+    trial.directory.mkdir(parents=True, exist_ok=True)
+    return write_text_atomic(trial.directory / SPEC_FILE, spec.to_json() + "\n")
+
+
 def command(trial: Trial) -> List[str]:
-    return [sys.executable, "-m", "estimator_mnist", "train", "--cluster", str(trial.directory / TRIAL_FILE)]
-
-
-def start(trial: Trial, device: Device, index: int, argv: List[str]) -> TaskProcess:
-    """Starts the trial in its own process group, pinned to its device's cores before exec."""
-    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}  # a trial is never part of a cluster
-    return start_pinned(TaskId("trial", index), argv, env, trial.log_path,
-                        device.cores if device.kind == "cpu" else None)
+    return [sys.executable, "-m", "estimator_mnist", "train", "--spec", str(trial.directory / SPEC_FILE)]
 
 
 def chooses_by(trial: Trial) -> str:
@@ -117,10 +132,11 @@ def evaluations(trial: Trial) -> List[tuple]:
                   if r.get(key) is not None)
 
 
-def live(trial: Trial) -> dict:
-    """The trial's step and latest accuracies (test, and validation when it has a split) while it runs."""
-    record = read_progress(str(trial.directory)).get("chief:0") or {}
-    evaluated = checkpoints.read_eval_results(str(trial.model_dir))
+def live(directory: Path) -> dict:
+    """The step and latest accuracies (test, and validation when it has a split) of the trial in `directory` while
+    it runs, from its own records."""
+    record = read_progress(str(directory)).get("chief:0") or {}
+    evaluated = checkpoints.read_eval_results(str(directory / "model"))
     latest = max(evaluated, key=lambda r: r["global_step"]) if evaluated else {}
     return {"global_step": record.get("global_step"), "accuracy": latest.get("accuracy"),
             "validation_accuracy": latest.get("validation_accuracy"), "cpus_seen": record.get("cpus")}

@@ -28,6 +28,7 @@ from tests.e2e.simulated_hosts import ADDRESSES, SimulatedHosts, kill_groups
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 NODES = {"n1": "a", "n2": "b"}  # Slurm's node name: its SimulatedHosts host
 CPUS_PER_NODE = 4  # declared (SlurmdParameters=config_overrides): more than this machine has is fine
+MEMORY_MB_PER_NODE = 16384  # declared too, so that jobs asking for memory (--mem) fit; CR_CPU does not count it
 CTLD_PORT, SLURMD_PORT = 6917, 6918  # not Slurm's defaults (6817, 6818)
 # The ports Slurm reserves for steps (srun --resv-ports, which the batch script asks for where slurm.conf has
 # them): each step gets its own, held by no other step on its nodes.
@@ -99,8 +100,8 @@ class SlurmCluster:
             (self.root / sub).mkdir()
         shutil.chown(self.root / "munge", "munge", "munge")
         (self.root / "munge").chmod(0o755)  # munged wants its socket's directory reachable by everyone
-        nodes = "\n".join(f"NodeName={name} NodeAddr={ADDRESSES[host]} CPUs={CPUS_PER_NODE} State=UNKNOWN"
-                          for name, host in NODES.items())
+        nodes = "\n".join(f"NodeName={name} NodeAddr={ADDRESSES[host]} CPUs={CPUS_PER_NODE} "
+                          f"RealMemory={MEMORY_MB_PER_NODE} State=UNKNOWN" for name, host in NODES.items())
         self.conf.write_text(SLURM_CONF.format(
             tag=self.tag, hostname=socket.gethostname(), ctld_address=ADDRESSES["a"], ctld_port=CTLD_PORT,
             slurmd_port=SLURMD_PORT, munge_socket=self.root / "munge" / "socket", root=self.root, nodes=nodes,
@@ -180,8 +181,8 @@ class SlurmCluster:
         return dict(item.split("=", 1) for item in text.split() if "=" in item)
 
     def processes_left(self, marker: str, settle_secs: float = 10) -> List[str]:
-        """Job processes still running after `settle_secs`: any slurmstepd, and any process whose command line
-        holds `marker` (the test's directory, which every task's command names)."""
+        """Job processes still running after `settle_secs`: any slurmstepd of this cluster, and any process whose
+        command line holds `marker` (the test's directory, which every task's command names)."""
         deadline = time.monotonic() + settle_secs
         while True:
             result = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True, text=True, check=True)
@@ -199,7 +200,21 @@ class SlurmCluster:
         except OSError:
             return False  # gone meanwhile
 
+    def _cancel_jobs(self) -> None:
+        """Every job of this cluster cancelled, so that no slurmstepd (a daemon of its own) outlives the cluster."""
+        self.run(["scancel", "--full", "--user=root"], check=False, timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if not self.run(["squeue", "-h", "-o", "%i"], check=False, timeout=30).stdout.strip():
+                return
+            time.sleep(0.5)
+
     def close(self) -> None:
+        if self.daemons and all(p.poll() is None for p in self.daemons):
+            try:
+                self._cancel_jobs()
+            except (OSError, subprocess.SubprocessError):
+                pass  # the daemons are stopped below either way
         for proc in reversed(self.daemons):  # slurmd, slurmctld, then munged
             if proc.poll() is None:
                 proc.terminate()

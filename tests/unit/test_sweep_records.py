@@ -15,7 +15,7 @@ from estimator_mnist.sweep import records
 from estimator_mnist.sweep.run import build_plan
 from estimator_mnist.sweep.devices import Device
 from estimator_mnist.sweep.stopping import median_verdict, value_at
-from estimator_mnist.sweep.trials import on_device, trial_data, write_trial_yaml
+from estimator_mnist.sweep.trials import trial_data, trial_spec, with_gpus, write_trial_yaml
 from estimator_mnist.plan.task_plan import plan_task
 from tests.helpers import REPO, error_pattern
 
@@ -59,13 +59,13 @@ def test_a_trial_is_one_process_with_its_own_directories_and_device(tmp_path):
     base = {"cluster": {"chief": ["h:1"], "worker": ["h:2"], "evaluator": "h"}, "strategy": "multi_worker_mirrored",
             "tasks": {"all": {"intra_op_threads": 1}, "worker:1": {"step_delay_ms": 500}},
             "model": {"learning_rate": 0.01}}
-    data = on_device(trial_data(base, {"model.learning_rate": 0.003}, tmp_path / "t", "/data"), Device("cpu", (1,)))
+    data = trial_data(base, {"model.learning_rate": 0.003}, tmp_path / "t", "/data")
     assert data["cluster"] == {"chief": ["localhost:2222"]} and data["strategy"] == "one_device"
-    assert data["tasks"] == {"all": {"intra_op_threads": 1, "gpus": []}}
+    assert data["tasks"] == {"all": {"intra_op_threads": 1}}  # no device: that is the spec's, where it runs
+    assert with_gpus(data, [])["tasks"] == {"all": {"intra_op_threads": 1, "gpus": []}}
     assert data["model"]["learning_rate"] == 0.003 and base["model"]["learning_rate"] == 0.01
     assert data["model_dir"] == str(tmp_path / "t" / "model") and data["run_dir"] == str(tmp_path / "t")
-    gpu = on_device(trial_data(base, {}, tmp_path / "t", "/data"), Device("gpu", gpu=3))
-    assert gpu["tasks"]["all"]["gpus"] == [3]
+    assert with_gpus(data, [3])["tasks"]["all"]["gpus"] == [3] and with_gpus(data, None) == data
 
 
 def _plan(tmp_path, params=("model.learning_rate=0.001,0.003",), **kw):
@@ -74,23 +74,27 @@ def _plan(tmp_path, params=("model.learning_rate=0.001,0.003",), **kw):
 
 def test_every_trial_yaml_is_a_valid_single_process_config(tmp_path):
     plan = _plan(tmp_path)
-    for trial, device in zip(plan.trials, plan.devices):
-        config = load_config(write_trial_yaml(trial, device))
+    for trial in plan.trials:
+        config = load_config(write_trial_yaml(trial))
         assert config.strategy.name == "one_device" and [str(t) for t in config.cluster.tasks()] == ["chief:0"]
         assert config.model_dir == str(trial.model_dir)
 
 
 def test_a_gpu_trial_sees_only_its_gpu_and_a_cpu_trial_none_with_threads_from_its_cores(tmp_path):
     trial = _plan(tmp_path).trials[0]
-    chief = TaskId("chief", 0)
-    on_gpu = plan_task(load_config(write_trial_yaml(trial, Device("gpu", gpu=1))), chief, cores=8,
-                       cpu_bfloat16=False, environ={})
-    assert dict(on_gpu.env)["CUDA_VISIBLE_DEVICES"] == "1"
-    on_cpu = plan_task(load_config(write_trial_yaml(trial, Device("cpu", (1,)))), chief, cores=1,
-                       cpu_bfloat16=False, environ={})
+    on_gpu = trial_spec(trial, gpus=[1], cpu_set=range(8)).plan
+    assert dict(on_gpu.env)["CUDA_VISIBLE_DEVICES"] == "1" and on_gpu.task == TaskId("chief", 0)
+    on_cpu = trial_spec(trial, gpus=[], cpu_set=[1]).plan
     assert dict(on_cpu.env)["CUDA_VISIBLE_DEVICES"] == "-1"
-    assert on_cpu.intra_op_threads == 1  # the trial's affinity is what cores counts
+    assert on_cpu.intra_op_threads == 1  # the trial's cores are what its threads follow
     assert on_cpu.in_graph and on_cpu.evaluates_itself and on_cpu.tf_config is None
+
+
+def test_under_slurm_a_trial_takes_slurm_s_gpus_unmasked_and_threads_from_its_cpus(tmp_path):
+    trial = _plan(tmp_path).trials[0]
+    plan = trial_spec(trial, own_cpus=3, gpus_from_manager=True, cpu_set=range(8)).plan
+    assert "CUDA_VISIBLE_DEVICES" not in dict(plan.env)  # Slurm's own mask stands
+    assert plan.intra_op_threads == 3 and plan.cpus is None
 
 
 def test_a_bad_combination_is_refused_before_any_trial_starts(tmp_path):
@@ -151,8 +155,8 @@ def test_ensemble_refusals_come_before_tensorflow(tmp_path):
     records.save(plan.sweep_dir, record)
     with pytest.raises(UsageError, match=error_pattern(ensemble_plan.ERR_TRIAL_GONE)):
         ensemble_plan.plan_ensemble(str(plan.sweep_dir), 2, gpus=[])
-    for trial, device in zip(plan.trials, plan.devices):
-        write_trial_yaml(trial, device)
+    for trial in plan.trials:
+        write_trial_yaml(trial)
     with pytest.raises(UsageError, match=error_pattern(ensemble_plan.ERR_TRIAL_GONE)) as info:
         ensemble_plan.plan_ensemble(str(plan.sweep_dir), 2, gpus=[])
     assert "a checkpoint in" in str(info.value)

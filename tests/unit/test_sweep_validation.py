@@ -102,4 +102,4 @@ def test_the_stopping_rule_reads_each_trial_s_validation_accuracy(tmp_path):
     assert verdict.reason.startswith("median rule: validation accuracy 0.9500 at step 20 is below the median")
     assert median_verdict(histories["trial-002"], {n: h for n, h in histories.items() if n != "trial-002"},
                           metric=plan.ranked_by) is None
-    assert trials.live(plan.trials[0])["validation_accuracy"] == 0.95
+    assert trials.live(plan.trials[0].directory)["validation_accuracy"] == 0.95

@@ -1,0 +1,118 @@
+"""A sweep's records written by many processes on many nodes: each change under one lock. No TensorFlow.
+
+Under Slurm every array task updates its own trial's row of sweep.json, and
+rewrites sweep.csv and best.yaml from the whole record, while other array
+tasks on other nodes do the same. Each update holds an exclusive POSIX
+record lock (fcntl.lockf) on <sweep_dir>/sweep.lock for its read-modify-write,
+so no update is lost; NFS (lockd or v4) and Lustre mounted with `flock`
+honour it across nodes (Lustre's `localflock` does not: docs/slurm_sweeps.md).
+Every file is replaced atomically, so readers (`sweep-status`, `ensemble`)
+never take a lock and never see half a file. The local scheduler is the only
+writer of its sweep and needs no lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from pathlib import Path
+from typing import Callable, Dict, Iterator, Optional
+
+from estimator_mnist.sweep import records
+
+LOCK_FILE = "sweep.lock"
+
+
+@contextlib.contextmanager
+def locked(sweep_dir: Path) -> Iterator[None]:
+    """Holds the sweep's lock; waits for any other holder, on this node or another."""
+    fd = os.open(Path(sweep_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o640)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+@contextlib.contextmanager
+def trial_lock(directory: Path) -> Iterator[bool]:
+    """Holds <trial>/trial.lock while a Slurm array task runs the trial: True, or False when another process (on any
+    node) holds it already. Released when its holder ends, however it ends."""
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    fd = os.open(Path(directory) / "trial.lock", os.O_RDWR | os.O_CREAT, 0o640)
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def start_or_resume(sweep_dir: Path, identity: dict, trial_values, ranked_by: str) -> dict:
+    """The sweep's record, created or checked against `identity` (a UsageError for another sweep), saved."""
+    with locked(sweep_dir):
+        record = records.load_or_start(sweep_dir, identity, trial_values)
+        record["ranked_by"] = ranked_by
+        records.save(sweep_dir, record)
+        return record
+
+
+def update_row(sweep_dir: Path, name: str, change: Callable[[dict], None],
+               results: Optional[Callable[[dict], Optional[Path]]] = None) -> dict:
+    """Applies `change` to trial `name`'s row of the record on disk, then `results` (sweep.csv, best.yaml) to the
+    whole record, and saves it; all under the lock. Returns the record as saved."""
+    with locked(sweep_dir):
+        record = records.read_sweep(sweep_dir)
+        rows: Dict[str, dict] = {row["trial"]: row for row in record["trials"]}
+        change(rows[name])
+        if results is not None:
+            results(record)
+        records.save(sweep_dir, record)
+        return record
+
+
+class SharedTrial:
+    """One trial's row in a shared sweep.json: each attempt's start and end, with sweep.csv and best.yaml
+    rewritten from the whole record every time (the array task that runs the trial is its only writer)."""
+
+    def __init__(self, plan, trial):
+        self.plan, self.trial = plan, trial
+
+    def _results(self, record: dict) -> Optional[Path]:
+        plan = self.plan
+        return records.write_results(plan.sweep_dir, record, plan.thresholds, plan.base_data, plan.base_file,
+                                     {t.name: t.batch for t in plan.trials})
+
+    def update(self, **changes) -> dict:
+        """Sets `changes` on the row; returns the row as saved."""
+        record = update_row(self.plan.sweep_dir, self.trial.name, lambda row: row.update(changes), self._results)
+        return self.row(record)
+
+    def row(self, record: dict) -> dict:
+        return next(r for r in record["trials"] if r["trial"] == self.trial.name)
+
+    def attempt_started(self, where: dict, from_step: Optional[int]) -> dict:
+        """Counts an attempt; `where` (node, job) goes to the row and to the attempt's entry in its history."""
+        def change(row):
+            attempt = row.get("attempts", 0) + 1
+            row.update(state="running", attempts=attempt, started=time.time(), ended=None, exit_code=None,
+                       reason=None, directory=str(self.trial.directory), log=str(self.trial.log_path), **where)
+            row.setdefault("history", []).append({"attempt": attempt, **where, "from_step": from_step,
+                                                  "started": row["started"]})
+
+        return self.row(update_row(self.plan.sweep_dir, self.trial.name, change, self._results))
+
+    def attempt_ended(self, state: str, reason: Optional[str], code: Optional[int], outcome: dict,
+                      to_step: Optional[int]) -> dict:
+        """The attempt's end: the row's state and figures, and the end of its history entry. Returns the record."""
+        def change(row):
+            row.update(state=state, reason=reason, ended=time.time(), exit_code=code, **outcome)
+            entries = row.setdefault("history", [{}])
+            entries[-1].update(ended=row["ended"], exit_code=code, state=state, reason=reason, to_step=to_step)
+
+        return update_row(self.plan.sweep_dir, self.trial.name, change, self._results)
