@@ -130,7 +130,7 @@ def result_line(runs: List[Run], defaults: List[dict], isa: Optional[str] = None
 def more_figures(runs: List[Run], defaults: List[dict]) -> dict:
     """What the results file keeps beside the RESULT line's figures: medians of the 2-worker images/s (like for
     like, and with the defaults), and of the default run's launch to first step; the step each default run first
-    reached 99.2% at."""
+    reached 99.2% at, the training images by then (median), and the default run's length."""
     def median(values):
         values = [v for v in values if v is not None]
         return round(statistics.median(values), 1) if values else None
@@ -140,7 +140,9 @@ def more_figures(runs: List[Run], defaults: List[dict]) -> dict:
 
     return {"trainer_2w_images_per_sec": images("trainer"), "defaults_2w_images_per_sec": images("trainer_defaults"),
             "first_step_after_launch": median([d["seconds_to_first_step"] for d in defaults]),
-            "steps_at_992": [d["step_at_992"] for d in defaults]}
+            "steps_at_992": [d["step_at_992"] for d in defaults],
+            "images_at_992": median([d.get("images_at_992") for d in defaults]),
+            "default_max_steps": defaults[0]["max_steps"] if defaults else None}
 
 
 def report(args, json_path: Path, runs: List[Run], defaults_label: str, pipeline: dict, defaults: List[dict],

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from estimator_mnist.config import load_config
 from estimator_mnist.progress import read_progress
 from estimator_mnist.supervise.run_summary import collect
 
@@ -37,6 +38,8 @@ def run_trainer(workdir: Path, data_dir: str, workers: int, steps: int, batch: i
                  f"model.learning_rate={learning_rate}", "model.dropout=0.0",
                  # The references score their weights themselves, not a moving average of them.
                  "model.weight_average_decay=0", "model.label_smoothing=0",
+                 # ... and feed the network the [0, 1] pixels, with Adam's usual betas, as the references do.
+                 "model.normalise_inputs=false", "model.adam_beta1=0.9", "model.adam_beta2=0.999",
                  f"tasks.all.intra_op_threads={threads[0]}", f"tasks.all.inter_op_threads={threads[1]}",
                  f"training.batch_size_per_replica={batch}", f"training.max_steps={steps}",
                  f"training.save_checkpoints_steps={steps}",
@@ -140,10 +143,13 @@ def default_run(workdir: Path, data_dir: str, shape: Shape, max_steps: Optional[
         return (hit["seconds"], hit["step"]) if hit else (None, None)
 
     (time_to_99, step_at_99), (time_to_992, step_at_992) = reached("0.99"), reached("0.992")
+    # Synchronous training: every trainer's batch goes into each step.
+    global_batch = load_config(str(DEFAULT_CONFIG)).training.batch_size_per_replica * (shape.chief + shape.workers)
     return {"max_steps": run.summary()["max_steps"], "final_accuracy": final["accuracy"],
             "precision": facts["precision"], "seconds_to_first_step": first_step - run.launched,
             "training_phase_secs": final["seconds"], "time_to_99": time_to_99, "step_at_99": step_at_99,
             "time_to_992": time_to_992, "step_at_992": step_at_992,
+            "images_at_992": None if step_at_992 is None else step_at_992 * global_batch,
             "exit_after_last_step": run.exited - max(r["time"] for r in records),
             "seconds_to_exit": run.exited - run.launched,
             "evaluations": [(e["step"], round(e["accuracy"], 4), round(e["seconds"], 1)) for e in facts["evaluations"]]}

@@ -84,12 +84,70 @@ VIEWS = (
         for setup, header in (("mwms", "MWMS float32"), ("mwms_bf16", "MWMS bf16 gradients"),
                               ("async_ps", "async ps, all steps"), ("async_ps_chief", "async ps, the chief's own")))
         + (Column("failed_exits", "exits not 0"),), needs="mwms_0ms_0pct", doc="fault_tolerance.md"),
+    View("by_kind", "keras_comparison"),
     View("other", None),
 )
+BY_KIND_HEADERS = ("CPU", "99.2% first evaluated, s (median)", "training images by then (median)",
+                   "final accuracy (worst)", "default run: measured or carried", "2 workers / Keras",
+                   "2 workers / DDP", "start-up / Keras", "like-for-like: measured")
+# The default run's global batch before keras_comparison recorded images_at_992: 2 workers x 256.
+EARLIER_GLOBAL_BATCH = 512
+
+
+def default_max_steps() -> Optional[int]:
+    """config/local.yaml's training.max_steps: a default-run line of another length is carried, not today's."""
+    from estimator_mnist.config import load_config  # pylint: disable=import-outside-toplevel
+
+    return load_config(str(REPO / "config" / "local.yaml")).training.max_steps
+
+
+def _images_at_992(figures: dict):
+    if figures.get("images_at_992") is not None:
+        return figures["images_at_992"]
+    steps = sorted(s for s in figures.get("steps_at_992") or [] if s is not None)
+    return steps[len(steps) // 2] * EARLIER_GLOBAL_BATCH if steps else None
+
+
+def _thousands(value) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _measured(record: dict) -> str:
+    return f"{record['date'].replace('T', ' ')[:10]}, {record.get('commit') or '-'}"
+
+
+def _default_run_when(record: dict, today_steps: Optional[int]) -> str:
+    steps = record["figures"].get("default_max_steps")
+    if steps is not None and steps == today_steps:
+        return f"measured {_measured(record)}"
+    return f"carried: {_measured(record)}, " + (f"the {steps}-step defaults" if steps else "earlier defaults")
+
+
+def render_by_kind(records: Sequence[dict], today_steps: Optional[int]) -> str:
+    """One line per CPU kind (vendor, family, model): its newest default run and like-for-like ratios measured on
+    that kind itself (an --isa emulation counts for no kind), each saying when, and whether the default run was
+    today's defaults or is carried from earlier ones."""
+    own = [r for r in records if r["benchmark"] == "keras_comparison" and "--isa" not in r.get("variant", "")]
+    lines = ["| " + " | ".join(BY_KIND_HEADERS) + " |", "|" + " --- |" * len(BY_KIND_HEADERS)]
+    labels = sorted({cpu_label(r["cpu"]): r["cpu"] for r in own}.items(), key=lambda item: _cpu_order(item[1]))
+    for label, _ in labels:
+        mine = [r for r in own if cpu_label(r["cpu"]) == label]
+        run = max((r for r in mine if r["figures"].get("time_to_992") is not None), key=lambda r: r["date"],
+                  default=None)
+        peers = max((r for r in mine if r["figures"].get("ddp_2w_ratio") is not None
+                     or r["figures"].get("fp32_2w_ratio") is not None), key=lambda r: r["date"], default=None)
+        figures, ratios = (run or {}).get("figures", {}), (peers or {}).get("figures", {})
+        lines.append("| " + " | ".join([
+            label, cell(figures.get("time_to_992"), 1), _thousands(_images_at_992(figures)),
+            cell(figures.get("final_accuracy"), 3), _default_run_when(run, today_steps) if run else "not measured",
+            cell(ratios.get("fp32_2w_ratio"), 2), cell(ratios.get("ddp_2w_ratio"), 2),
+            cell(ratios.get("startup_ratio"), 2), _measured(peers) if peers else "not measured"]) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def cpu_label(cpu: dict) -> str:
-    numbers = f" (family {cpu['family']} model {cpu['model']})" if cpu.get("family") is not None else ""
+    model = f" model {cpu['model']}" if cpu.get("model") is not None else ""
+    numbers = f" (family {cpu['family']}{model})" if cpu.get("family") is not None else ""
     name = cpu.get("model_name") or cpu.get("vendor") or "unknown"
     return f"{name}{numbers}, {cpu.get('kind')}, {cpu.get('cpus')} CPUs"
 
@@ -137,6 +195,8 @@ def _scalars(figures: dict) -> str:
 
 
 def render(view: View, records: Sequence[dict]) -> str:
+    if view.name == "by_kind":
+        return render_by_kind(records, default_max_steps())
     rows = newest(r for r in records if _shown(view, r))
     first = ["benchmark"] if view.benchmark is None else []
     figures = [c.header for c in view.columns] or ["figures"]

@@ -11,13 +11,16 @@ warmup_cosine (estimator_mnist.tf_task.model computes it: a tenth of the peak ri
 to it over --warmup steps, then cosine to 0 at --steps). The targets are
 smoothed as model.label_smoothing does, and the score is that of the moving
 average of the weights the evaluator restores (model.weight_average_decay);
-every default is the trainer's. Seconds per step are the
+Adam's betas, dropout and the network's input normalisation are the model's
+keys of those names. Every default is the trainer's (config/schema.py), so a
+flag given is a change probed against the defaults. Seconds per step are the
 benchmark's business (keras_comparison.py); this one prints steps only:
 
-  .venv/bin/python benchmarks/schedule_probe.py --seed 1 --start 200   # the defaults: batch 512, 500 steps
-  RESULT first_992=200 final=0.9935 evaluations=[[200, 0.9923], [225, 0.9928], [250, 0.993], ...]
+  .venv/bin/python benchmarks/schedule_probe.py --seed 1 --steps 300 --start 120 --every 10  # the defaults
+  RESULT first_992=120 final=... evaluations=[[120, 0.9923], [130, 0.9927], [140, 0.9933], ...]
 
-The default run trains 2 workers x 256 = a global batch of 512.
+The default run trains 2 workers x 256 = a global batch of 512. --threads 1
+lets several seeds run side by side, one core's share each.
 """
 
 from __future__ import annotations
@@ -29,15 +32,19 @@ import sys
 from common import benchmark_parser
 from results import record_run
 from estimator_mnist.config import default_data_dir
-from estimator_mnist.config.schema import ModelConfig
+from estimator_mnist.config.schema import ModelConfig, TrainingConfig
 
 
 def parse_args(argv=None):
     parser = benchmark_parser(__doc__, not_measured=("data_dir",))
     parser.add_argument("--batch", type=int, default=512, help="global batch (workers x batch_size_per_replica)")
-    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--steps", type=int, default=TrainingConfig().max_steps)
     parser.add_argument("--lr", type=float, default=ModelConfig().learning_rate, help="peak learning rate (Adam)")
-    parser.add_argument("--warmup", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=ModelConfig().warmup_steps)
+    parser.add_argument("--beta1", type=float, default=ModelConfig().adam_beta1, help="Adam's beta1")
+    parser.add_argument("--beta2", type=float, default=ModelConfig().adam_beta2, help="Adam's beta2")
+    parser.add_argument("--normalise-inputs", choices=("on", "off"),
+                        default="on" if ModelConfig().normalise_inputs else "off", help="model.normalise_inputs")
     parser.add_argument("--dropout", type=float, default=ModelConfig().dropout)
     parser.add_argument("--label-smoothing", type=float, default=ModelConfig().label_smoothing)
     parser.add_argument("--weight-average-decay", type=float, default=ModelConfig().weight_average_decay,
@@ -45,6 +52,7 @@ def parse_args(argv=None):
     parser.add_argument("--every", type=int, default=25, help="score the test set every N steps")
     parser.add_argument("--start", type=int, default=100, help="from this step on")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: TensorFlow's choice)")
     parser.add_argument("--data-dir", default=default_data_dir())
     return parser.parse_args(argv)
 
@@ -86,12 +94,13 @@ def main(argv=None) -> int:
     from estimator_mnist.tf_task.model import (  # pylint: disable=import-outside-toplevel
         NUM_CLASSES, _learning_rate, build_network)
 
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.random.set_seed(args.seed)
     train = iter(input_fn(tf.estimator.ModeKeys.TRAIN, None, data_dir=args.data_dir, batch_size_per_replica=args.batch,
                           seed=args.seed))
     test = list(input_fn(tf.estimator.ModeKeys.EVAL, None, data_dir=args.data_dir, batch_size_per_replica=1,
                          eval_batch_size=2000))
-    network = build_network("classic_cnn", "float32", args.dropout)
+    network = build_network("classic_cnn", "float32", args.dropout, args.normalise_inputs == "on")
     network.build((None, 28, 28, 1))
     weights = network.trainable_variables
     average = WeightAverage(tf, weights, args.weight_average_decay)
@@ -102,7 +111,8 @@ def main(argv=None) -> int:
             return _learning_rate(schedule, step, args.steps)
 
     # tf.compat.v1's AdamOptimizer, which the trainer uses, has epsilon 1e-8.
-    optimizer = tf.keras.optimizers.Adam(learning_rate=WarmupCosine(), epsilon=1e-8)
+    optimizer = tf.keras.optimizers.Adam(learning_rate=WarmupCosine(), beta_1=args.beta1, beta_2=args.beta2,
+                                         epsilon=1e-8)
     # Keras's label_smoothing is the trainer's: (1 - s) one-hot + s / 10 on every class.
     loss_fn = tf.keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=args.label_smoothing)
 

@@ -77,7 +77,9 @@ def cmd_train(args) -> int:
         spec = resolved.spec()
     for note in spec.notes:
         print(f"estimator-mnist: {note}", file=sys.stderr, flush=True)
-    apply_to_this_process(spec.plan)  # before anything else: env, cores, umask, CPU priority
+    # The one place the plan is applied, before anything else: env, cores, umask, CPU priority; the task's
+    # TensorFlow process inherits them.
+    apply_to_this_process(spec.plan)
     if resolved is not None:
         from estimator_mnist.supervise.manager_start import start_allowed
 

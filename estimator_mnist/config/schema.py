@@ -110,14 +110,21 @@ class ModelConfig:
     network: str = _opt("classic_cnn", choices=NETWORKS,
                         doc="classic_cnn: conv5x5x32-pool-conv5x5x64-pool-dense500; tutorial_cnn: conv3x3x32-pool-dense64")
     optimizer: str = _opt("adam", choices=OPTIMIZERS)
-    learning_rate: float = _opt(0.004, check=v.positive, kind=float)
+    learning_rate: float = _opt(0.006, check=v.positive, kind=float)
     lr_schedule: str = _opt("warmup_cosine", choices=LR_SCHEDULES,
                             doc="warmup_cosine: from a tenth of learning_rate up to it over warmup_steps, then down "
                                 "to 0 at training.max_steps; cosine: from learning_rate to a tenth of it")
-    warmup_steps: int = _opt(40, check=v.non_negative, kind=int, doc="used by lr_schedule: warmup_cosine")
+    warmup_steps: int = _opt(60, check=v.non_negative, kind=int, doc="used by lr_schedule: warmup_cosine")
     momentum: float = _opt(0.9, check=v.fraction, kind=float, doc="used by optimizer: momentum")
-    dropout: float = _opt(0.2, check=v.fraction, kind=float,
+    adam_beta1: float = _opt(0.8, check=v.fraction, kind=float,
+                             doc="used by optimizer: adam; decay of its gradient average")
+    adam_beta2: float = _opt(0.95, check=v.fraction, kind=float,
+                             doc="used by optimizer: adam; decay of its squared-gradient average")
+    dropout: float = _opt(0.0, check=v.fraction, kind=float,
                           doc="dropout rate before the last layer while training (classic_cnn: after dense500)")
+    normalise_inputs: bool = _opt(True, kind=bool, doc="the network's first layer maps pixels to mean 0 and standard "
+                                  "deviation 1 over MNIST's training set (no weights; the export does the same); "
+                                  "checkpoints trained without it need false")
     label_smoothing: float = _opt(0.1, check=v.fraction, kind=float, doc="training targets spread this much of "
                                   "their probability over the 10 classes (0: one-hot); evaluation's loss is one-hot")
     weight_average_decay: float = _opt(0.99, check=v.fraction, kind=float, doc="the evaluator scores, and the "
@@ -132,8 +139,8 @@ class ModelConfig:
 @dataclass(frozen=True)
 class TrainingConfig:
     batch_size_per_replica: int = _opt(256, check=v.positive, kind=int)
-    max_steps: int = _opt(500, check=v.positive, kind=int)
-    save_checkpoints_steps: int = _opt(125, check=v.positive, kind=int)
+    max_steps: int = _opt(300, check=v.positive, kind=int)
+    save_checkpoints_steps: int = _opt(150, check=v.positive, kind=int)
     keep_checkpoint_max: int = _opt(5, check=v.positive, kind=int)
     log_step_count_steps: int = _opt(100, check=v.positive, kind=int)
     shuffle_buffer: int = _opt(10000, check=v.positive, kind=int)

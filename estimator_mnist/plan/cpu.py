@@ -73,3 +73,12 @@ def lower_cpu_priority(nice) -> str:
         except OSError:
             pass
     return f"nice {niceness}"
+
+
+def priority_now() -> str:
+    """This process's CPU priority as lower_cpu_priority describes it: what a process started by one that
+    lowered its own priority inherits (a task's TensorFlow process, from `train`)."""
+    if hasattr(os, "SCHED_IDLE") and os.sched_getscheduler(0) == os.SCHED_IDLE:
+        return "SCHED_IDLE (runs only on cores that training leaves idle)"
+    niceness = os.getpriority(os.PRIO_PROCESS, 0)
+    return f"nice {niceness}" if niceness > 0 else "unchanged"

@@ -4,8 +4,8 @@
 flags, the inherited environment) are arguments with this machine's values as
 defaults. The plan is part of the task's TaskSpec (task_spec.py), made once
 by `launch` or by `train`, so a task's settings never depend on how it was
-started. `launch` applies its umask and CPU priority before exec; `train`
-and its TensorFlow process apply all of it (`apply_to_this_process`). No
+started. It is applied once, by `train` to itself before it starts the task's
+TensorFlow process (`apply_to_this_process`), which inherits all of it. No
 TensorFlow.
 """
 
@@ -194,23 +194,19 @@ def plan_task(config: Config, task: TaskId, tf_config: Optional[dict] = None, *,
         starts_after_trainers=task.is_evaluator and bool(_trainers_beside(config, task)))
 
 
-def apply_in_child(plan: TaskPlan) -> str:
-    """The plan's process settings (umask, CPU priority); runs before TensorFlow loads. Says what it did."""
-    os.umask(plan.umask)
-    return cpu.lower_cpu_priority(plan.nice) if plan.nice is not None else "unchanged"
-
-
 def apply_to_this_process(plan: TaskPlan) -> str:
-    """The environment, cores, umask and priority of the plan, applied to this process before TensorFlow loads.
+    """The environment, cores, umask and priority of the plan, applied to this process; says what it did.
 
-    `train` applies it to itself and its TensorFlow process applies it again
-    from the spec it was handed (the same values: nothing else decides them).
-    The TF_CONFIG is not part of it: only the TensorFlow process sets one,
-    from its spec (tf_task/__main__.py)."""
+    The one place a plan is applied: `train`, before it starts its TensorFlow
+    process, which inherits the environment, the cores, the umask and the
+    priority of every thread (Linux copies each across fork and exec). The
+    TF_CONFIG is not part of it: only the TensorFlow process sets one, from
+    its spec (tf_task/__main__.py)."""
     os.environ.update(plan.env)
     if plan.cpus is not None:
         cpu.pin_to(plan.cpus)
-    return apply_in_child(plan)
+    os.umask(plan.umask)
+    return cpu.lower_cpu_priority(plan.nice) if plan.nice is not None else "unchanged"
 
 
 def describe(plan: TaskPlan) -> str:

@@ -58,7 +58,8 @@ class EnsembleGraph:
 
     def __init__(self, members):
         self.members = list(members)
-        self.networks = [build_network(member.network, "float32") for member in self.members]
+        self.networks = [build_network(member.network, "float32", normalise_inputs=member.normalise_inputs)
+                         for member in self.members]
         self.member_probabilities: List[tf.Tensor] = []
         with tf.compat.v1.name_scope("ensemble/"):
             # The weights are part of the model: whoever loads the export can read them back.

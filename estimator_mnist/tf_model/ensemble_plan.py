@@ -44,6 +44,7 @@ class Member:
     sweep_accuracy: float  # the trial's own final evaluation on the test set
     sweep_validation_accuracy: Optional[float] = None  # ... and on its validation split
     weight: int = 1        # how many times the selection picked it: its share of the average
+    normalise_inputs: bool = False  # its trial's model.normalise_inputs: part of the network it trained
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,8 @@ def plan_ensemble(sweep_dir: str, top: Optional[int] = None, devices_text: Optio
         if checkpoint is None:
             raise UsageError(ERR_TRIAL_GONE.format(trial=row["trial"], missing=f"a checkpoint in {config.model_dir}"))
         members.append(Member(row["trial"], row["values"], config.model.network, checkpoint, devices[0],
-                              row["accuracy"], row.get("validation_accuracy")))
+                              row["accuracy"], row.get("validation_accuracy"),
+                              normalise_inputs=config.model.normalise_inputs))
         data_dir, eval_batch, held_out = config.data_dir, config.evaluation.batch_size, config.data.validation_examples
     cpu_indices = [int(d.rsplit(":", 1)[1]) for d in devices if "CPU" in d]
     return EnsemblePlan(directory, placed(members, devices), data_dir, eval_batch, max(cpu_indices, default=0) + 1,

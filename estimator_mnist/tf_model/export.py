@@ -89,7 +89,7 @@ def export_checkpoint(model_config, checkpoint_path: str, export_base: str) -> s
 
     def build():
         # float32 whatever precision trained it: the variables are float32, and so is any machine that serves it.
-        network = build_network(model_config.network, "float32", model_config.dropout)
+        network = build_network(model_config.network, "float32", model_config.dropout, model_config.normalise_inputs)
         return signature_defs(lambda images: network(images, training=False))
 
     def restore(session):

@@ -18,7 +18,7 @@ import sys
 
 from estimator_mnist.errors import (FAILURE_EXIT_CODE, INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE, USAGE_EXIT_CODE,
                                     PermanentFailure, RetryableFailure, UsageError)
-from estimator_mnist.plan.task_plan import apply_to_this_process
+from estimator_mnist.plan.cpu import priority_now
 from estimator_mnist.plan.task_spec import TaskSpec, spec_from_json
 
 SPEC_SOURCE = "the TaskSpec on stdin"
@@ -34,7 +34,8 @@ def set_tf_config(spec: TaskSpec, environ=os.environ) -> None:
 
 def run(spec: TaskSpec, ready_fd: int) -> int:
     """Runs TensorFlow; a failure ends the process at once (TensorFlow's threads could hold up a normal exit)."""
-    priority = apply_to_this_process(spec.plan)  # before TensorFlow is imported: env, cores, umask, priority
+    # `train` applied the plan (env, cores, umask, priority) before it started this process, which inherits it.
+    priority = priority_now()
     set_tf_config(spec)
     # Python's cyclic garbage collector would scan every object TensorFlow's import creates, over and over
     # while their number grows, and free almost none: over a third of the import's time (docs/performance.md,

@@ -46,7 +46,7 @@ def _learning_rate(model_config, global_step, max_steps):
 def _optimizer(model_config, learning_rate):
     # tf.compat.v1 optimizers: Estimator's distributed training drives them.
     if model_config.optimizer == "adam":
-        return tf.compat.v1.train.AdamOptimizer(learning_rate)
+        return tf.compat.v1.train.AdamOptimizer(learning_rate, model_config.adam_beta1, model_config.adam_beta2)
     return tf.compat.v1.train.MomentumOptimizer(learning_rate, model_config.momentum)
 
 
@@ -84,7 +84,7 @@ def model_fn(features, labels, mode, params, config=None):
     # (export.py) does, unless evaluation.precision: training (docs/performance.md, "Evaluating in bfloat16").
     precision = params.get({tf.estimator.ModeKeys.TRAIN: "precision",
                             tf.estimator.ModeKeys.EVAL: "eval_precision"}.get(mode, ""), "float32")
-    network = build_network(model_config.network, precision, model_config.dropout)
+    network = build_network(model_config.network, precision, model_config.dropout, model_config.normalise_inputs)
     logits = network(images, training=mode == tf.estimator.ModeKeys.TRAIN)
     class_ids = tf.argmax(logits, axis=1, output_type=tf.int32)
 

@@ -14,8 +14,11 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 
 from estimator_mnist.config import TaskId
+from estimator_mnist.plan.task_plan import apply_to_this_process
+from estimator_mnist.plan.task_spec import read_spec
 from estimator_mnist.preemption_mark import write_mark
 from estimator_mnist.progress import ProgressWriter, progress_path
 
@@ -111,13 +114,24 @@ def silent(_fake):
         time.sleep(1)
 
 
+def apply_plan_as_train_does(run_dir: str, task: str) -> None:
+    """`train` applies its spec's plan to itself before anything else; its stand-in does the same, with the
+    spec `launch` wrote for it (the newest `<type>-<index>.spec.json` under RUN_DIR)."""
+    specs = sorted(Path(run_dir).rglob(task.replace(":", "-") + ".spec.json"), key=lambda p: p.stat().st_mtime)
+    if specs:
+        apply_to_this_process(read_spec(str(specs[-1])).plan)
+
+
 def main(argv) -> int:
     fake = Fake(argv)
+    apply_plan_as_train_does(fake.run_dir, fake.task)
     behaviour = fake.behaviour
     if behaviour in ONCE:
         behaviour = ONCE[behaviour][0] if fake.first_time(behaviour) else ONCE[behaviour][1]
     env = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "TF_CPP_MIN_LOG_LEVEL", "TF_CONFIG")}
-    print(f"fake task {behaviour} pid={os.getpid()} umask={os.umask(0o027):03o} env={json.dumps(env)}", flush=True)
+    umask = os.umask(0)
+    os.umask(umask)
+    print(f"fake task {behaviour} pid={os.getpid()} umask={umask:03o} env={json.dumps(env)}", flush=True)
     actions = {
         "chief_ok": lambda f: (f.train(f.max_steps), f.write_checkpoint(f.max_steps)),
         "worker_ok": lambda f: f.train(f.max_steps),

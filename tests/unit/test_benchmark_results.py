@@ -103,6 +103,25 @@ def test_the_table_keeps_the_newest_line_per_cpu_and_variant():
     assert "| `--isa AVX2` |" in rows[2]
 
 
+def test_the_kind_table_has_a_line_per_cpu_saying_measured_or_carried():
+    zen3 = dict(ZEN4, model=1, kind="avx2")
+    lines = [line(date="2026-11-25T07:18:00Z", time_to_992=37.9, final_accuracy=0.994, steps_at_992=[250, 250, 300]),
+             line(date="2026-11-26T10:10:00Z", time_to_992=24.0, final_accuracy=0.9941, images_at_992=76800,
+                  default_max_steps=300),
+             line(date="2026-11-26T10:30:00Z", fp32_2w_ratio=1.2, ddp_2w_ratio=1.31, startup_ratio=0.6),
+             line(date="2026-11-26T11:00:00Z", variant="--isa AVX2", time_to_992=50.0, fp32_2w_ratio=2.0),
+             line(date="2026-11-25T12:00:00Z", cpu=zen3, time_to_992=117.0, steps_at_992=[250, 250, 250],
+                  default_max_steps=500)]
+    rows = results_table.render_by_kind(lines, today_steps=300).splitlines()[2:]
+    assert len(rows) == 2  # the emulation is no CPU kind's line
+    zen4 = next(r for r in rows if "model 17" in r).split(" | ")
+    assert zen4[1:5] == ["24.0", "76,800", "0.994", "measured 2026-11-26, ca9b1d2"]
+    assert zen4[5:9] == ["1.20", "1.31", "0.60", "2026-11-26, ca9b1d2 |"]
+    old = next(r for r in rows if "model 1)" in r).split(" | ")
+    assert old[1:5] == ["117.0", "128,000", "-", "carried: 2026-11-25, ca9b1d2, the 500-step defaults"]
+    assert old[5:] == ["-", "-", "-", "not measured |"]
+
+
 def test_benchmarks_without_a_view_of_their_own_share_one_table():
     soak = line("soak", minutes=41, accuracy=0.9949, growth=[1, 2])
     soak["figures"]["cpu"] = "avx512_bf16"  # the CPU column says it already
@@ -113,9 +132,9 @@ def test_benchmarks_without_a_view_of_their_own_share_one_table():
 
 def test_rewriting_replaces_each_table_block_and_nothing_else():
     doc = "".join(f"{name} before\n<!-- results_table.py: {name} -->\nold\n<!-- /results_table.py -->\nafter\n"
-                  for name in ("default_run", "peers", "other"))
+                  for name in ("default_run", "peers", "by_kind", "other"))
     made = results_table.rewrite(doc, [line(time_to_992=41.408, final_accuracy=0.994)])
-    assert "old" not in made and made.count("before\n") == 3 and made.count("after\n") == 3
+    assert "old" not in made and made.count("before\n") == 4 and made.count("after\n") == 4
     assert "| 41.4 |" in made
     assert results_table.rewrite(made, [line(time_to_992=41.408, final_accuracy=0.994)]) == made
 

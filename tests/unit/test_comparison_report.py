@@ -21,8 +21,10 @@ def test_the_result_line_says_when_onednn_was_held_to_another_isa():
     assert native[-1].startswith("cpu=") and not any(f.startswith("emulated_isa=") for f in native)
 
 
-def test_the_results_file_also_gets_images_per_second_start_up_and_the_steps_at_992():
-    defaults = [dict(DEFAULTS[0], seconds_to_first_step=s, step_at_992=step) for s, step in ((4.8, 250), (3.7, None))]
+def test_the_results_file_also_gets_images_per_second_start_up_and_the_steps_and_images_at_992():
+    defaults = [dict(DEFAULTS[0], seconds_to_first_step=s, step_at_992=step, max_steps=300,
+                     images_at_992=step and step * 512) for s, step in ((4.8, 150), (3.7, None), (4.0, 300))]
     runs = RUNS + [Run("trainer_defaults", 2, 256, "mixed_bfloat16", 4161.0, 4.0, 40.0, 45.0, 0.99)]
     assert more_figures(runs, defaults) == {"trainer_2w_images_per_sec": 1800.0, "defaults_2w_images_per_sec": 4161.0,
-                                           "first_step_after_launch": 4.2, "steps_at_992": [250, None]}
+                                           "first_step_after_launch": 4.0, "steps_at_992": [150, None, 300],
+                                           "images_at_992": 115200.0, "default_max_steps": 300}

@@ -32,7 +32,7 @@ def test_the_child_imports_the_runner_and_runs_its_task_with_the_collector_pause
 
     fake_runner.run_task = run_task
     monkeypatch.setitem(sys.modules, "estimator_mnist.tf_task.runner", fake_runner)
-    monkeypatch.setattr(entry, "apply_to_this_process", lambda plan: "unchanged")
+    monkeypatch.setattr(entry, "priority_now", lambda: "unchanged")
     monkeypatch.setattr(entry, "set_tf_config", lambda spec: None)
     gc.enable()
     assert entry.run(types.SimpleNamespace(plan=None), 5) == 0

@@ -15,7 +15,7 @@ from typing import Dict, List
 
 from estimator_mnist.config import Config, TaskId
 from estimator_mnist.files import write_text_atomic
-from estimator_mnist.plan.task_plan import apply_in_child, plan_task
+from estimator_mnist.plan.task_plan import plan_task
 from estimator_mnist.plan.task_spec import TaskSpec, spec_environment
 from estimator_mnist.supervise.process_group import (TaskProcess, die_with_parent, signal_group, spec_file,
                                                      start_task, stop_processes, wait_for_groups)
@@ -39,10 +39,9 @@ class TaskGroup:
         return [sys.executable, "-m", "estimator_mnist", "train", "--spec", str(spec_file(self.log_dir, task))]
 
     def _preexec(self, task: TaskId) -> None:
-        """Runs in each task between fork and exec: the plan's umask and priority before even Python starts,
-        so that importing TensorFlow in the evaluator does not compete with the trainers' start-up."""
+        """Runs in each task between fork and exec: it ends with the launcher and joins the private network.
+        `train` applies the task's plan itself, before its TensorFlow process starts."""
         die_with_parent()
-        apply_in_child(self.specs[task].plan)
         if self.network is not None:
             self.network.join()
 
