@@ -12,6 +12,11 @@ exit code and the frames the link dropped; then the slowdown against the clean l
   .venv/bin/python benchmarks/degraded_network.py                      # links 0/0, 10 ms/0.1 %, 50 ms/1 %
   .venv/bin/python benchmarks/degraded_network.py --links 50:0.01 --steps 40
 
+The last line is machine-readable, and its figures are appended to docs/benchmark_results.jsonl
+(benchmarks/results.py), from which docs/fault_tolerance.md's table is made:
+
+  RESULT mwms_0ms_0pct=... mwms_bf16_10ms_0.1pct=... async_ps_chief_50ms_1pct=... ... failed_exits=...
+
 It is a measurement, not a test: it asserts nothing.
 """
 
@@ -26,6 +31,7 @@ import uuid
 from pathlib import Path
 
 from common import REPO, benchmark_parser, write_json
+from results import figures_of, record_run
 
 sys.path.insert(0, str(REPO))  # the simulated hosts live with the tests
 from tests.e2e.simulated_hosts import Netem, SimulatedHosts, can_make_namespaces  # noqa: E402
@@ -140,7 +146,28 @@ def main(argv=None) -> int:
                   f"{value / base:.1f}x the clean link")
     if args.json:
         write_json(args.json, runs)
+    result = "RESULT " + " ".join(f"{k}={v}" for k, v in step_figures(runs).items())
+    record_run(args, "degraded_network", figures_of(result))
+    print(result)
     return 0
+
+
+def link_name(delay_ms: float, loss: float) -> str:
+    return f"{delay_ms:g}ms_{loss * 100:g}pct"
+
+
+def step_figures(runs: list) -> dict:
+    """Seconds per step by setup and link, `<setup>_<delay>ms_<loss>pct` (the chief's own under async ps:
+    `async_ps_chief_...`), and how many tasks did not exit 0; 'none' for a run without a rate."""
+    figures = {}
+    for run in runs:
+        link = link_name(run["delay_ms"], run["loss"])
+        figures[f"{run['setup']}_{link}"] = round(run["seconds_per_step"], 3) if run["seconds_per_step"] else None
+        if run["setup"] == "async_ps":
+            chief = run["chief_seconds_per_step"]
+            figures[f"async_ps_chief_{link}"] = round(chief, 3) if chief else None
+    figures["failed_exits"] = sum(code != 0 for run in runs for code in run["exits"].values())
+    return {k: ("none" if v is None else v) for k, v in figures.items()}
 
 
 if __name__ == "__main__":

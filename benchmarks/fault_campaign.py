@@ -14,7 +14,10 @@ run_summary.json), the seconds the run lost against the baseline, the exit code,
 the processes left; a SIGSTOP should cost at most `launcher.stall_timeout_secs` (--stall) plus a restart.
 The last line is machine-readable:
 
-  RESULT faults=... finished=... min_accuracy=... max_lost_kill=...s max_lost_stop=...s stall_timeout=...s leftover=...
+  RESULT faults=... finished=... min_accuracy=... max_lost_kill=... max_lost_stop=... stall_timeout=... leftover=...
+
+The figures, with each kind of fault's cost (seconds), are appended to docs/benchmark_results.jsonl
+(benchmarks/results.py); docs/fault_tolerance.md's table is made from them.
 
   .venv/bin/python benchmarks/fault_campaign.py --faults 8 --stall 60
 
@@ -37,6 +40,7 @@ from estimator_mnist.supervise.process_group import living_pids
 from estimator_mnist.progress import read_progress
 
 from common import DEFAULT_CONFIG, Launch, benchmark_parser, launch_command, start, write_json
+from results import figures_of, record_run
 from tests.process_table import descendants, tensorflow_processes  # noqa: E402  (common put the repository on the path)
 from fault_injection import training_began
 
@@ -183,12 +187,24 @@ def main(argv=None) -> int:
     accuracies = [r["accuracy"] for r in runs if r["accuracy"] is not None]
     lost = {kind: [r["cost"].get("lost") or 0 for r in runs if r["fault"]["signal"] == kind]
             for kind in ("SIGKILL", "SIGSTOP")}
-    print(f"RESULT faults={len(runs)} finished={sum(r['exit'] == 0 for r in runs)} "
-          f"min_accuracy={min(accuracies) if accuracies else 'none'} "
-          f"max_lost_kill={max(lost['SIGKILL'], default=0):.0f}s max_lost_stop={max(lost['SIGSTOP'], default=0):.0f}s "
-          f"stall_timeout={args.stall}s "
-          f"leftover={sum(len(r['leftover']) + len(r.get('left_after_launcher_kill', [])) for r in runs)}")
+    result = (f"RESULT faults={len(runs)} finished={sum(r['exit'] == 0 for r in runs)} "
+              f"min_accuracy={min(accuracies) if accuracies else 'none'} "
+              f"max_lost_kill={max(lost['SIGKILL'], default=0):.0f} max_lost_stop={max(lost['SIGSTOP'], default=0):.0f} "
+              f"stall_timeout={args.stall} "
+              f"leftover={sum(len(r['leftover']) + len(r.get('left_after_launcher_kill', [])) for r in runs)}")
+    record_run(args, "fault_campaign", figures_of(result) | fault_figures(runs, base, accuracies))
+    print(result)
     return 0
+
+
+def fault_figures(runs: list, base: dict, accuracies: list) -> dict:
+    """Beside the RESULT line's figures: the fault-free run, the best accuracy, and each kind of fault's cost in
+    seconds (`lost_<signal>_<target>`, the largest when a kind came twice), as the docs' table shows them."""
+    figures = {"baseline_seconds": base["seconds"], "max_accuracy": max(accuracies, default=None)}
+    for run in runs:
+        key = f"lost_{run['fault']['signal'].lower()}_{run['fault']['target'].split(':')[0]}"
+        figures[key] = max(figures.get(key) or 0, run["cost"].get("lost") or 0)
+    return figures
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
-"""The tables of docs/performance.md, made from the benchmark results file (benchmarks/results.py).
+"""The tables of docs/performance.md and docs/fault_tolerance.md, made from the benchmark results file
+(benchmarks/results.py).
 
 Each table shows the newest line per benchmark, CPU and variant (the flags that
 changed what was measured): today's figures, with the date and the commit
 they were measured at. The file keeps every line; this shows the newest.
 
   .venv/bin/python benchmarks/results_table.py            # print the tables
-  .venv/bin/python benchmarks/results_table.py --write    # rewrite them in docs/performance.md
+  .venv/bin/python benchmarks/results_table.py --write    # rewrite them in the docs (DOCS)
 
 In the doc, each table sits between `<!-- results_table.py: NAME -->` and
 `<!-- /results_table.py -->`, NAME one of the views below; a unit test checks
@@ -25,7 +26,7 @@ from estimator_mnist.errors import USAGE_EXIT_CODE
 
 from results import REPO, RESULTS_FILE, read_results
 
-DOC = REPO / "docs" / "performance.md"
+DOCS = ("performance.md", "fault_tolerance.md")  # under docs/: every view's table is in one of them
 BLOCK = re.compile(r"(<!-- results_table\.py: (\w+) -->\n)(.*?)(<!-- /results_table\.py -->)", re.S)
 KINDS = ("amx", "avx512_bf16", "avx512", "avx2", "other")
 UNKNOWN_TABLE = "unknown table '{name}'; the tables are: {names}"
@@ -35,9 +36,13 @@ NO_BLOCK = ("no block for the table '{name}': add <!-- results_table.py: {name} 
 
 @dataclasses.dataclass(frozen=True)
 class Column:
-    key: str
+    key: object  # a figure's name, or a tuple of names shown in one cell as "a / b / c"
     header: str
     digits: Optional[int] = None
+
+    def of(self, figures: dict) -> str:
+        keys = self.key if isinstance(self.key, tuple) else (self.key,)
+        return " / ".join(cell(figures.get(k), self.digits) for k in keys)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +54,7 @@ class View:
     benchmark: Optional[str]
     columns: Tuple[Column, ...] = ()
     needs: Optional[str] = None
+    doc: str = DOCS[0]  # the file under docs/ that holds its table
 
 
 VIEWS = (
@@ -64,6 +70,20 @@ VIEWS = (
         Column("keras_minus_trainer_points", "Keras minus trainer, points", 2),
         Column("trainer_2w_images_per_sec", "images/s, 2 workers", 0),
         Column("bf16_2w_ratio", "defaults / Keras", 2)), needs="fp32_2w_ratio"),
+    View("fault_campaign", "fault_campaign", (
+        Column("faults", "faults"), Column("finished", "finished"),
+        Column(("min_accuracy", "max_accuracy"), "accuracy, worst / best", 4),
+        Column("baseline_seconds", "fault-free run, s"),
+        Column(("lost_sigkill_chief", "lost_sigkill_worker"), "SIGKILL chief / worker, s lost"),
+        Column(("lost_sigstop_chief", "lost_sigstop_worker"), "SIGSTOP chief / worker, s lost"),
+        Column(("lost_sigkill_evaluator", "lost_sigstop_evaluator"), "SIGKILL / SIGSTOP evaluator, s lost"),
+        Column("lost_sigkill_launcher", "SIGKILL launch, s lost"), Column("stall_timeout", "stall timeout, s"),
+        Column("leftover", "left running")), needs="finished", doc="fault_tolerance.md"),
+    View("degraded_network", "degraded_network", tuple(
+        Column(tuple(f"{setup}_{link}" for link in ("0ms_0pct", "10ms_0.1pct", "50ms_1pct")), header, 3)
+        for setup, header in (("mwms", "MWMS float32"), ("mwms_bf16", "MWMS bf16 gradients"),
+                              ("async_ps", "async ps, all steps"), ("async_ps_chief", "async ps, the chief's own")))
+        + (Column("failed_exits", "exits not 0"),), needs="mwms_0ms_0pct", doc="fault_tolerance.md"),
     View("by_kind", "keras_comparison"),
     View("other", None),
 )
@@ -183,7 +203,7 @@ def render(view: View, records: Sequence[dict]) -> str:
     lines = ["| " + " | ".join(first + ["CPU", "date (UTC), commit", "variant"] + figures + ["note"]) + " |",
              "|" + " --- |" * (len(first) + 4 + len(figures))]
     for r in rows:
-        values = ([cell(r["figures"].get(c.key), c.digits) for c in view.columns] if view.columns
+        values = ([c.of(r["figures"]) for c in view.columns] if view.columns
                   else [_scalars(r["figures"])])
         date = r["date"].replace("T", " ")[:16]
         lines.append("| " + " | ".join(([r["benchmark"]] if first else []) + [
@@ -192,9 +212,10 @@ def render(view: View, records: Sequence[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def rewrite(doc: str, records: Sequence[dict]) -> str:
-    """`doc` with each table block made again from `records`; every view must have its block."""
-    views = {view.name: view for view in VIEWS}
+def rewrite(doc: str, records: Sequence[dict], doc_name: str = DOCS[0]) -> str:
+    """`doc` (docs/`doc_name`) with each table block made again from `records`; every view of that doc must have
+    its block."""
+    views = {view.name: view for view in VIEWS if view.doc == doc_name}
     found = [match.group(2) for match in BLOCK.finditer(doc)]
     for name in found:
         if name not in views:
@@ -208,8 +229,9 @@ def rewrite(doc: str, records: Sequence[dict]) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, default=RESULTS_FILE, help="the JSON lines (default: %(default)s)")
-    parser.add_argument("--doc", type=Path, default=DOC, help="the doc --write rewrites (default: %(default)s)")
-    parser.add_argument("--write", action="store_true", help="rewrite the doc's tables instead of printing them")
+    parser.add_argument("--docs", type=Path, default=REPO / "docs",
+                        help=f"the folder of {', '.join(DOCS)}, which --write rewrites (default: %(default)s)")
+    parser.add_argument("--write", action="store_true", help="rewrite the docs' tables instead of printing them")
     args = parser.parse_args(argv)
     path = args.results
     try:
@@ -217,12 +239,13 @@ def main(argv=None) -> int:
         if not args.write:
             print("\n".join(f"{view.name}:\n{render(view, records)}" for view in VIEWS))
             return 0
-        path = args.doc
-        args.doc.write_text(rewrite(args.doc.read_text(encoding="utf-8"), records), encoding="utf-8")
+        for name in DOCS:
+            path = args.docs / name
+            path.write_text(rewrite(path.read_text(encoding="utf-8"), records, name), encoding="utf-8")
     except (OSError, ValueError) as error:
         print(f"results_table.py: error: {path}: {error}", file=sys.stderr)
         return USAGE_EXIT_CODE
-    print(f"rewrote the tables of {args.doc} from {len(records)} lines of {args.results}")
+    print(f"rewrote the tables of {', '.join(DOCS)} in {args.docs} from {len(records)} lines of {args.results}")
     return 0
 
 

@@ -190,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("keys", commands.cmd_keys, "list every YAML key with its default")
     p.add_argument("--markdown", action="store_true", help="as the table of docs/configuration.md")
+    p = add("timeouts", commands.cmd_timeouts, "list every bound on a wait: which process enforces it, when, "
+            "what fires, the message and the exit code")
+    p.add_argument("--markdown", action="store_true", help="as the table of docs/timeouts.md")
     return parser
 
 

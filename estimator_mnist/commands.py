@@ -193,6 +193,13 @@ def cmd_keys(args) -> int:
     return 0
 
 
+def cmd_timeouts(args) -> int:
+    from estimator_mnist.config.timeouts import describe_timeouts, timeouts_markdown
+
+    print(timeouts_markdown() if args.markdown else describe_timeouts(), end="\n" if not args.markdown else "")
+    return 0
+
+
 def cmd_sweep(args) -> int:
     from estimator_mnist.sweep.run import build_plan, run_sweep
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from estimator_mnist.config import timeouts
 from estimator_mnist.flag_types import milliseconds, model_name, port, port_or_off, positive, seconds
 
 MAX_BODY_BYTES = 10 * 1024 * 1024
@@ -27,17 +28,17 @@ def add_serve_command(add, command, model_flag) -> None:
     p.add_argument("--batch-timeout-ms", type=milliseconds, default=2.0, metavar="MS",
                    help="how long a request waits for others to share its model call (default 2)")
     p.add_argument("--poll-secs", type=float, default=1.0, help=argparse.SUPPRESS)  # how often to look for exports
-    p.add_argument("--request-timeout-ms", type=positive, default=30000, metavar="MS",
+    p.add_argument("--request-timeout-ms", type=positive, default=timeouts.SERVE_REQUEST_TIMEOUT_MS, metavar="MS",
                    help="every request's deadline (a gRPC client's own, if sooner); default 30000, as TF Serving's "
                         "--rest_api_timeout_in_ms")
     p.add_argument("--max-body-bytes", type=positive, default=MAX_BODY_BYTES, metavar="N",
                    help="the largest REST body; a larger one is refused before it is read (default 10 MiB)")
     p.add_argument("--grpc-max-message-bytes", type=positive, default=GRPC_MAX_MESSAGE_BYTES, metavar="N",
                    help="the largest gRPC message, either way (default 32 MiB: MNIST's test set as floats fits)")
-    p.add_argument("--drain-delay-secs", type=seconds, default=5.0, metavar="S",
+    p.add_argument("--drain-delay-secs", type=seconds, default=timeouts.SERVE_DRAIN_DELAY_SECS, metavar="S",
                    help="on SIGTERM or Ctrl-C: not ready at once, but new requests still answered this long while "
                         "load balancers notice (default 5)")
-    p.add_argument("--drain-secs", type=seconds, default=20.0, metavar="S",
+    p.add_argument("--drain-secs", type=seconds, default=timeouts.SERVE_DRAIN_SECS, metavar="S",
                    help="then new requests refused, those in flight given at most this long (default 20); the "
                         "process exits within delay + drain + 5 s")
     p.add_argument("--enable-cors", action="store_true",

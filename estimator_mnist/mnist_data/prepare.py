@@ -32,6 +32,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
+from estimator_mnist.config import timeouts
 from estimator_mnist.mnist_data import decoded as decoded_mnist
 from estimator_mnist.errors import UsageError
 
@@ -76,7 +77,7 @@ def _prepare_from_manual_dir(data_dir: Path, manual_dir: Path) -> None:
         _builder(data_dir).download_and_prepare(download_dir=downloads, download_config=config)
 
 
-def _dataset_host_reachable(timeout=5.0) -> bool:
+def _dataset_host_reachable(timeout=timeouts.DATASET_HOST_PROBE_SECS) -> bool:
     from tensorflow_datasets.image_classification import mnist
 
     url = urllib.parse.urlparse(mnist.MNIST.URL)

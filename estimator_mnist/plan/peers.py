@@ -11,6 +11,8 @@ import re
 import socket
 from typing import List, Optional, Tuple
 
+from estimator_mnist.config import timeouts
+
 # How TensorFlow names a task in its errors, e.g. /job:worker/replica:0/task:1.
 _TF_TASK = re.compile(r"/job:(?P<job>[a-z]+)/replica:\d+/task:(?P<task>\d+)")
 # Lines of a TensorFlow error that say what happened, before its generic header and the graph traceback.
@@ -25,7 +27,7 @@ def peers_of(tf_config: Optional[dict], me: str) -> List[Tuple[str, str]]:
             for index, address in enumerate(addresses) if f"{role}:{index}" != me]
 
 
-def missing_peers(peers: List[Tuple[str, str]], timeout: float = 3.0) -> List[str]:
+def missing_peers(peers: List[Tuple[str, str]], timeout: float = timeouts.PEER_PROBE_SECS) -> List[str]:
     """'role:index (host:port)' of every peer whose port does not accept a connection."""
     missing = []
     for name, address in peers:

@@ -16,14 +16,14 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Sequence, Tuple
 
 from estimator_mnist.plan import cpu
-from estimator_mnist.config import IN_GRAPH_STRATEGIES, PS_STRATEGIES, Config, TaskId, TaskSettings, device_index
+from estimator_mnist.config import IN_GRAPH_STRATEGIES, PS_STRATEGIES, Config, TaskId, TaskSettings, device_index, timeouts
 from estimator_mnist.plan.hosts import same_machine
 from estimator_mnist.plan.topology import build_tf_config
 
 # Files and directories a run creates: nobody else may replace a checkpoint.
 PRIVATE_UMASK = 0o027
 # session.operation_timeout_ms: auto under the ps strategies, so that a trainer notices a lost ps.
-PS_OPERATION_TIMEOUT_MS = 60000
+PS_OPERATION_TIMEOUT_MS = timeouts.PS_OPERATION_TIMEOUT_MS
 
 
 @dataclass(frozen=True)

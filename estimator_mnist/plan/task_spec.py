@@ -34,6 +34,7 @@ class TaskSpec:
     config: Config
     plan: TaskPlan
     notes: Tuple[str, ...] = ()     # what the task's source adds (TF_CONFIG replaced the YAML's cluster, ...)
+    launched: bool = False          # written by `launch`, whose Supervisor watches the task's processes
     format: int = SPEC_FORMAT
 
     @property

@@ -28,11 +28,11 @@ import sys
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
-from estimator_mnist.config import Config
+from estimator_mnist.config import Config, timeouts
 from estimator_mnist.errors import UsageError
 from estimator_mnist.plan.slurm_source import ordered_tasks
 
-SIGNAL_MARGIN_SECS = 30  # after preemption_grace_secs: the step ends, the requeue is asked for
+SIGNAL_MARGIN_SECS = timeouts.SLURM_SIGNAL_MARGIN_SECS  # after preemption_grace_secs: the step ends, the requeue is asked for
 OWN_OPTIONS = {  # sbatch options the script sets itself: what to use instead
     "-n": "the YAML's cluster (one Slurm task per cluster task)", "--ntasks": "the YAML's cluster",
     "--ntasks-per-node": "--nodes", "-N": "--nodes", "--nodes": "--nodes", "-c": "--cpus-per-task",

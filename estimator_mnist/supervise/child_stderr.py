@@ -19,10 +19,11 @@ import select
 import threading
 from typing import Callable, Optional
 
+from estimator_mnist.config import timeouts
 from estimator_mnist.startup_noise import is_known_startup_line
 
 PARTIAL_LINE_SECS = 0.2
-DRAIN_SECS = 5.0  # after the child's exit, at most: only a process the child started could still hold the pipe
+DRAIN_SECS = timeouts.STDERR_DRAIN_SECS  # after the child's exit: only a process the child started could still hold the pipe
 CHUNK = 65536
 
 

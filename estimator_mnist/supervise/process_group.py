@@ -21,7 +21,7 @@ from typing import Callable, Iterable, List, Optional, Sequence
 
 import psutil
 
-from estimator_mnist.config import TaskId
+from estimator_mnist.config import TaskId, timeouts
 
 SPEC_SUFFIX = ".spec.json"  # a task's TaskSpec file (spec_file)
 
@@ -149,7 +149,7 @@ def stop_processes(processes: Iterable[TaskProcess], grace_secs: float) -> List[
     for p in targets:
         if p.running:
             try:
-                p.popen.wait(timeout=10)
+                p.popen.wait(timeout=timeouts.GROUP_GONE_SECS)
             except subprocess.TimeoutExpired:
                 pass
             p.poll()
@@ -169,7 +169,7 @@ def group_members(pgids) -> List[int]:
     return living_pids(members)
 
 
-def wait_for_groups(pgids, timeout: float = 10.0) -> List[int]:
+def wait_for_groups(pgids, timeout: float = timeouts.GROUP_GONE_SECS) -> List[int]:
     """Waits until the SIGKILLed groups are gone; returns the pids still there after `timeout`.
 
     A leader is reaped as soon as it dies, but its children, killed with it,

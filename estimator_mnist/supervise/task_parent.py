@@ -20,8 +20,10 @@ The parent exists so that a task always ends with a code of the exit table
 - a child stopped by a signal (SIGSTOP, a debugger) for
   `launcher.stall_timeout_secs` is ended and the task exits 200, naming
   itself: its peers only wait for it (a stopped process's kernel still
-  accepts their connections), so nothing else would name it, under `launch`
-  or not.
+  accepts their connections), so nothing else would name it. Only when no
+  `launch` watches the task (its spec says so): `launch`'s Supervisor
+  watches its tasks' processes for the same, and one watcher per situation
+  is the rule (config/timeouts.py).
 The child takes the task's TaskSpec on its stdin, and reports that its session
 exists by writing to a pipe (--ready-fd). Its stderr passes through the
 parent, which leaves out TensorFlow's known start-up lines and nothing else
@@ -44,6 +46,8 @@ import time
 from typing import Callable, List, Optional
 
 from estimator_mnist import checkpoints
+from estimator_mnist.config import timeouts
+from estimator_mnist.config.schema import LauncherConfig, TrainingConfig
 from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE, SUCCESS_EXIT_CODE
 from estimator_mnist.supervise.process_group import describe_exit, die_with_parent, stopped_by_signal
 from estimator_mnist.plan.peers import describe_missing, missing_peers, peers_of
@@ -54,12 +58,12 @@ from estimator_mnist.plan.task_spec import TaskSpec, spec_environment
 from estimator_mnist.tasklog import log
 from estimator_mnist.tf_task import TF_PROCESS_MODULE
 
-STOP_GRACE_SECS = 10.0  # after Ctrl-C
+STOP_GRACE_SECS = timeouts.INTERRUPT_GRACE_SECS  # after Ctrl-C
 REPEAT_SECS = 2.0  # a SIGTERM this soon after the first is the same request
 GATE_POLL_SECS = 0.2
 # The gate opens after this at the latest: trainers whose records and checkpoints this task cannot see
 # (another --run-dir, a model_dir on GCS) must not keep their evaluator from ever starting.
-GATE_MAX_SECS = 60.0
+GATE_MAX_SECS = timeouts.EVALUATOR_START_GATE_SECS
 
 
 def trainers_under_way(run_dir: str, model_dir: str, since: float, now: Optional[float] = None) -> bool:
@@ -88,19 +92,20 @@ def evaluator_gate(run_dir: str, model_dir: str, started: float, clock=time.time
 
 
 class TaskParent:
-    def __init__(self, plan: TaskPlan, session_timeout_secs: float, preemption_grace_secs: float = 25.0,
-                 start_gate: Optional[Callable[[], bool]] = None, stall_secs: float = 300.0, clock=time.monotonic,
+    def __init__(self, plan: TaskPlan, session_timeout_secs: float,
+                 preemption_grace_secs: float = TrainingConfig.preemption_grace_secs,
+                 start_gate: Optional[Callable[[], bool]] = None,
+                 stall_secs: Optional[float] = LauncherConfig.stall_timeout_secs, clock=time.monotonic,
                  saved: Callable[[], Optional[str]] = lambda: None):
         self.plan, self.saved = plan, saved  # saved(): what of the task's work is on disk once all is, else None
-        self.stall_secs, self._clock = stall_secs, clock
+        self.stall_secs, self._clock = stall_secs, clock  # stall_secs None: launch watches
         self.stopped_since: Optional[float] = None
-        self.start_gate = start_gate  # the child starts once this says True
-        self.session_timeout_secs = session_timeout_secs
+        # The child starts once start_gate says True; its session must form within session_timeout_secs.
+        self.start_gate, self.session_timeout_secs = start_gate, session_timeout_secs
         # The child stops by itself within its grace period after SIGTERM; this is the backstop.
-        self.sigterm_grace_secs = preemption_grace_secs + 5.0
+        self.sigterm_grace_secs = preemption_grace_secs + timeouts.SIGTERM_BACKSTOP_SECS
         self.child: Optional[subprocess.Popen] = None
-        self.stop_signal: Optional[int] = None
-        self.stop_requested_at: Optional[float] = None
+        self.stop_signal, self.stop_requested_at = None, None  # the first stop signal's number and time.monotonic()
 
     def _on_signal(self, signum, _frame) -> None:
         now = time.monotonic()
@@ -113,8 +118,8 @@ class TaskParent:
             os.kill(self.child.pid, signum)
 
     def stopped_too_long(self) -> bool:
-        """True (the child killed, the reason logged) once the child has been stopped by a signal for stall_secs."""
-        if not stopped_by_signal(self.child.pid, with_children=False):
+        """True (the child killed, the reason logged) once stopped by a signal for stall_secs (None: never)."""
+        if self.stall_secs is None or not stopped_by_signal(self.child.pid, with_children=False):
             self.stopped_since = None
             return False
         now = self._clock()
@@ -238,13 +243,19 @@ class TaskParent:
                 signal.signal(sig, handler)
 
 
+def stopped_child_limit(spec: TaskSpec) -> Optional[float]:
+    """How long the parent lets its child stay stopped by a signal: launcher.stall_timeout_secs, or None (not
+    watched here) for a task `launch` started, whose Supervisor watches the same (supervise/launch/supervisor.py)."""
+    return None if spec.launched else spec.config.launcher.stall_timeout_secs
+
+
 def run_task_process(spec: TaskSpec) -> int:
     """Runs the task of `spec` in its TensorFlow process, handed the spec on a pipe; returns the task's exit code."""
     config, plan = spec.config, spec.plan
     gate = evaluator_gate(config.run_dir, config.model_dir, started=time.time()) if plan.starts_after_trainers else None
     ready_read, ready_write = os.pipe()
     parent = TaskParent(plan, config.training.session_creation_timeout_secs, config.training.preemption_grace_secs,
-                        gate, config.launcher.stall_timeout_secs,
+                        gate, stopped_child_limit(spec),
                         saved=lambda: checkpoints.work_saved(config.model_dir, config.training.max_steps,
                                                              plan.task.is_evaluator or plan.evaluates_itself))
     return parent.run(child_command(ready_write), ready_write, ready_read, spec_environment(os.environ),

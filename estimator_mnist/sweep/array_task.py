@@ -31,6 +31,7 @@ import time
 from typing import List, Mapping, Optional
 
 from estimator_mnist import checkpoints
+from estimator_mnist.config import timeouts
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, UsageError
 from estimator_mnist.files import read_json
 from estimator_mnist.mnist_data.prepare import is_prepared
@@ -43,7 +44,7 @@ from estimator_mnist.sweep.table import SweepConsole
 POLL_SECS = 1.0
 PROGRESS_SECS = 10.0
 MAX_IDLE_RERUNS = 10  # runs of the step in a row that end before the trial's first step (Reruns)
-STOP_GRACE_SECS = 3.0  # a condemned trial's TERM is repeated after this, which ends it at once
+STOP_GRACE_SECS = timeouts.SLURM_TRIAL_STOP_GRACE_SECS  # a condemned trial's TERM is repeated after this, which ends it at once
 ERR_NOT_ARRAY = ("SLURM_ARRAY_TASK_ID is not set: --array-task runs as a task of the job array that `estimator-mnist "
                  "sweep --slurm` writes; submit that script with sbatch")
 ERR_INDEX = ("array task {index}: the sweep in {dir} has {count} trials (0-{last}); submit the script `sweep --slurm` "

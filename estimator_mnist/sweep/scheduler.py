@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from estimator_mnist.config import TaskId
+from estimator_mnist.config import TaskId, timeouts
 from estimator_mnist.errors import INTERRUPTED_EXIT_CODE
 from estimator_mnist.plan.task_spec import spec_environment
 from estimator_mnist.supervise.process_group import (TaskProcess, affinity_of, describe_exit, start_pinned,
@@ -28,7 +28,7 @@ from estimator_mnist.sweep.stopping import median_verdict
 from estimator_mnist.sweep.table import SweepConsole
 
 POLL_SECS = 1.0
-EARLY_STOP_GRACE_SECS = 3  # a condemned trial's checkpoints are not needed
+EARLY_STOP_GRACE_SECS = timeouts.SWEEP_EARLY_STOP_GRACE_SECS  # a condemned trial's checkpoints are not needed
 SAVE_EVERY_SECS = 5.0
 CHOOSING = {
     "validation_accuracy": "every trial holds out the last {held_out} training images (data.validation_examples); "
@@ -68,7 +68,7 @@ class SweepPlan:
 class SweepRunner:
     def __init__(self, plan: SweepPlan, console: SweepConsole,
                  command_for: Callable[[trials.Trial], List[str]] = trials.command, poll_secs: float = POLL_SECS,
-                 stop_grace_secs: float = 30.0):
+                 stop_grace_secs: float = timeouts.SWEEP_STOP_GRACE_SECS):
         self.plan, self.console, self.command_for = plan, console, command_for
         self.poll_secs, self.stop_grace_secs = poll_secs, stop_grace_secs
         self.record = records.load_or_start(plan.sweep_dir, plan.identity, [t.values for t in plan.trials])

@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
+from estimator_mnist.config import timeouts
 from estimator_mnist.errors import PermanentFailure, RetryableFailure
 from estimator_mnist.tf_task.model_dir_lock import exclusive
 
@@ -53,7 +54,7 @@ ERR_DENIED = ("cannot read checkpoint {path}: permission denied ({problem}); it 
 ERR_UNAVAILABLE = ("cannot read checkpoint {path} after {attempts} attempts ({problem}); it was not moved: the "
                    "storage failed to serve it, not the checkpoint; exiting with 200 (retryable) so that a restart "
                    "reads it again")
-READ_ATTEMPTS, READ_RETRY_SECS = 3, 2.0
+READ_ATTEMPTS, READ_RETRY_SECS = 3, timeouts.CHECKPOINT_READ_RETRY_SECS
 DAMAGED, DENIED, UNAVAILABLE, GONE = "damaged", "permission denied", "unavailable", "gone"
 MSG_GONE = "checkpoint {path} is listed but none of its files is there (moved away by hand?); {outcome}"
 _PROBLEM_CHARS = 200

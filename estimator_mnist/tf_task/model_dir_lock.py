@@ -19,8 +19,10 @@ import socket
 import time
 from typing import Callable
 
+from estimator_mnist.config import timeouts
+
 NO_FLOCK = (errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK)
-STALE_SECS = 120.0
+STALE_SECS = timeouts.MODEL_DIR_LOCK_STALE_SECS
 POLL_SECS = 0.2
 MSG_NO_FLOCK = ("warning: {path}: this file system does not support flock(2) ({reason}); using the lock file "
                 "{held} instead")

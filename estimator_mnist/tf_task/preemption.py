@@ -31,6 +31,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 
 from estimator_mnist import checkpoints
+from estimator_mnist.config.schema import TrainingConfig
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, SUCCESS_EXIT_CODE
 from estimator_mnist.preemption_mark import MARK_FILE, write_mark
 from estimator_mnist.tf_task.hooks import log
@@ -153,7 +154,7 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
     """Feeds this trainer's flag at every step, and requests the stop once any trainer raised it."""
 
     def __init__(self, preemption: Preemption, writer=None, model_dir: str = "", is_chief: bool = False,
-                 teardown_secs: float = 3.0):
+                 teardown_secs: float = TrainingConfig.teardown_timeout_secs):
         self._preemption, self._writer = preemption, writer
         self._model_dir, self._is_chief, self._teardown_secs = model_dir, is_chief, teardown_secs
         self._baseline, self._sent = None, False

@@ -15,11 +15,13 @@ import time
 import tensorflow as tf
 
 from estimator_mnist import checkpoints
+from estimator_mnist.config import timeouts
+from estimator_mnist.config.schema import EvaluationConfig
 from estimator_mnist.tasklog import log
 
 # After the final evaluation is recorded, a chief whose session did close waits for the record (polling every
 # 0.5 s, roles.wait_for_final_evaluation), logs it and exits by itself: this long is left to it first.
-AFTER_FINAL_EVALUATION_SECS = 1.0
+AFTER_FINAL_EVALUATION_SECS = timeouts.AFTER_FINAL_EVALUATION_SECS
 
 
 def exit_now(message: str, code: int = 0) -> None:
@@ -53,7 +55,7 @@ class TeardownWatchdogHook(tf.compat.v1.train.SessionRunHook):
     """
 
     def __init__(self, model_dir: str, timeout_secs: float, max_steps: int, wait_for_final_evaluation: bool = False,
-                 before_exit=None, exit_fn=exit_now, poll_secs: float = 0.5, final_timeout_secs: float = 600,
+                 before_exit=None, exit_fn=exit_now, poll_secs: float = 0.5, final_timeout_secs: float = EvaluationConfig.final_timeout_secs,
                  after_final_evaluation_secs: float = AFTER_FINAL_EVALUATION_SECS):
         self._model_dir, self._timeout_secs, self._max_steps = model_dir, timeout_secs, max_steps
         self._wait_for_final_evaluation = wait_for_final_evaluation

@@ -143,12 +143,13 @@ def test_a_stopped_worker_is_a_stall_that_restarts(tmp_path, mnist_data_dir):
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
+    assert len(summary["restarts"]) == 1, summary["restarts"]
     [restart] = summary["restarts"]
-    # Named, not its peers, by whichever looks first: the launcher (a stall, or a task stopped for
-    # stall_timeout_secs), or the stopped task's own parent process, which ends it and exits 200 saying why.
+    # Named, not its peers, by the launcher alone (a stall naming it, or a task stopped for stall_timeout_secs):
+    # under launch the task's own parent leaves a stopped process to it (config/timeouts.py).
     assert restart["failed_task"] == "worker:1", out
+    assert "stopped by a signal" in restart["reason"], restart
     own_log = "".join(p.read_text(errors="replace") for p in (tmp_path / "run" / "logs").glob("*/worker-1.log"))
-    assert "stopped by a signal" in restart["reason"] or (
-        "task worker:1: its TensorFlow process" in own_log and "has been stopped by a signal" in own_log), out
+    assert "task worker:1: its TensorFlow process" not in own_log, own_log[-2000:]
     assert summary["global_step"] == 120
     assert not pids_alive(summary["all_pids"])

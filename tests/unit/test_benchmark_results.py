@@ -155,7 +155,20 @@ def test_the_script_refuses_a_bad_results_file_in_one_line(tmp_path, capsys):
                                                "benchmark, date, cpu, figures: fix or remove it")
 
 
-def test_performance_md_shows_the_tables_of_the_committed_results_file():
+@pytest.mark.parametrize("name", results_table.DOCS)
+def test_the_docs_show_the_tables_of_the_committed_results_file(name):
     """Regenerate with: .venv/bin/python benchmarks/results_table.py --write"""
-    doc = (REPO / "docs" / "performance.md").read_text(encoding="utf-8")
-    assert results_table.rewrite(doc, results.read_results(results.RESULTS_FILE)) == doc
+    doc = (REPO / "docs" / name).read_text(encoding="utf-8")
+    assert results_table.rewrite(doc, results.read_results(results.RESULTS_FILE), name) == doc
+
+
+def test_the_fault_and_network_benchmarks_figures_are_lines_of_the_results_file():
+    names = {record["benchmark"] for record in results.read_results(results.RESULTS_FILE)}
+    assert {"fault_campaign", "degraded_network", "fault_injection"} <= names
+    for benchmark in ("fault_campaign", "degraded_network"):  # each appends its line as it prints its RESULT
+        assert f'record_run(args, "{benchmark}"' in (REPO / "benchmarks" / f"{benchmark}.py").read_text()
+
+
+def test_a_cell_can_join_several_figures():
+    column = results_table.Column(("a", "b"), "a / b", 2)
+    assert column.of({"a": 0.5, "b": None}) == "0.50 / -"

@@ -2,6 +2,7 @@
 where input is validated or tasks are launched, and a README that fits on a few screens."""
 
 import ast
+import functools
 import subprocess
 import sys
 
@@ -27,6 +28,7 @@ def python_files():
     return sorted(p for tree in TREES for p in (REPO / tree).rglob("*.py"))
 
 
+@functools.lru_cache(maxsize=None)  # the import graph's tests and test_timeouts.py read the same trees again
 def parsed(path):
     return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 

@@ -57,14 +57,23 @@ def _zero_the_averages(checkpoint):
         tf.compat.v1.train.Saver(variables).save(session, checkpoint)
 
 
-@pytest.mark.parametrize("decay, scores_the_average", [(0.99, True), (0.0, False)])
-def test_evaluation_and_export_use_the_average_when_training_kept_one(tmp_path, decay, scores_the_average):
-    trained_with = 0.99  # the checkpoint holds averages either way; the config says whether to use them
-    config, estimator, train_spec, eval_spec = tiny_estimator(tmp_path, model={"weight_average_decay": trained_with})
+@pytest.fixture(scope="module")
+def zeroed_averages(tmp_path_factory):
+    """(its folder, a checkpoint of 2 steps trained with averages, every average then set to 0): read, never
+    written, by both cases below, so it is trained once."""
+    tmp_path = tmp_path_factory.mktemp("zeroed_averages")
+    _, estimator, train_spec, _ = tiny_estimator(tmp_path, model={"weight_average_decay": 0.99})
     estimator.train(train_spec.input_fn, max_steps=2)
     checkpoint = estimator.latest_checkpoint()
     _zero_the_averages(checkpoint)
     assert has_averages(checkpoint, list(_weights_and_averages(checkpoint)[0]))
+    return checkpoint
+
+
+@pytest.mark.parametrize("decay, scores_the_average", [(0.99, True), (0.0, False)])
+def test_evaluation_and_export_use_the_average_when_training_kept_one(tmp_path, zeroed_averages, decay,
+                                                                      scores_the_average):
+    checkpoint = zeroed_averages  # the checkpoint holds averages either way; the config says whether to use them
     _, scorer, _, eval_spec = tiny_estimator(tmp_path, model={"weight_average_decay": decay})
 
     metrics = scorer.evaluate(eval_spec.input_fn, checkpoint_path=checkpoint)

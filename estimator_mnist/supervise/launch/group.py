@@ -27,7 +27,9 @@ class TaskGroup:
         self.log_dir = log_dir
         self.network = network  # a PrivateNetwork the tasks join, or None for the machine's network
         self.network_line = network_line
-        self.specs = {task: TaskSpec(config=config, plan=plan_task(config, task)) for task in config.cluster.tasks()}
+        # launched: the Supervisor, not each task's parent, ends a task stopped by a signal (config/timeouts.py).
+        self.specs = {task: TaskSpec(config=config, plan=plan_task(config, task), launched=True)
+                      for task in config.cluster.tasks()}
         # Tests swap in stand-in tasks; the supervision logic is the same.
         self.command_for = command_for or self.command
         self.processes: Dict[TaskId, TaskProcess] = {}

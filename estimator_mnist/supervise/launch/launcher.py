@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from estimator_mnist import checkpoints
-from estimator_mnist.config import Config
+from estimator_mnist.config import Config, timeouts
 from estimator_mnist.mnist_data.prepare import ERR_NOT_PREPARED, is_prepared
 from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE, UsageError
 from estimator_mnist.plan.hosts import check_local, check_ports_free
@@ -104,7 +104,7 @@ class Launcher:
             if name == "SIGTERM":
                 # Preempted: the trainers stop at the same step and the chief saves, within their grace period.
                 error, code, grace = "stopped by SIGTERM (preempted); the tasks saved what they could", \
-                    RETRYABLE_EXIT_CODE, self.config.training.preemption_grace_secs + 5
+                    RETRYABLE_EXIT_CODE, self.config.training.preemption_grace_secs + timeouts.SIGTERM_BACKSTOP_SECS
         finally:
             self.console.stopped(self.group.stop_all(grace),  # grace None: launcher.grace_secs
                                  "run over" if code == 0 else "stopping the run")

@@ -11,7 +11,7 @@ import time
 from typing import List, Optional
 
 from estimator_mnist import checkpoints
-from estimator_mnist.config import Config, TaskId
+from estimator_mnist.config import Config, TaskId, timeouts
 from estimator_mnist.plan.hosts import port_in_use
 from estimator_mnist.preemption_mark import take_mark
 from estimator_mnist.supervise.restart_budget import Job, RestartBudget
@@ -20,7 +20,7 @@ from estimator_mnist.supervise.launch.monitor import Monitor
 from estimator_mnist.supervise.launch.report import Console
 from estimator_mnist.supervise.launch.supervisor import RunFailed, Supervisor, TaskFailure
 
-PORT_RELEASE_SECS = 60
+PORT_RELEASE_SECS = timeouts.PORT_RELEASE_SECS
 
 
 class Restarts:
@@ -108,5 +108,5 @@ class Restarts:
             time.sleep(0.5)
             busy = [port for port in ports if port_in_use(port)]
         if busy:
-            raise RunFailed(f"ports {busy} were still in use {PORT_RELEASE_SECS} s after the tasks that held them "
+            raise RunFailed(f"ports {busy} were still in use {PORT_RELEASE_SECS:g} s after the tasks that held them "
                             "were stopped; cannot restart")

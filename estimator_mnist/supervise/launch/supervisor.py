@@ -10,7 +10,9 @@
 - a task stopped by a signal (SIGSTOP, a debugger: process state T) for
   `launcher.stall_timeout_secs`, in any phase, is a failure of that task. Its
   peers only wait for it (a stopped process's kernel still accepts their
-  connections), so it is named, not them.
+  connections), so it is named, not them. This is the only watcher of a
+  launched task's stop: its parent (`train`) watches only when no launch
+  does (the spec's `launched`; config/timeouts.py has the table).
 """
 
 from __future__ import annotations
@@ -164,10 +166,9 @@ class Supervisor:
             return
         extra = "" if self.monitor.started_since(self.group_started) else \
             " + training.session_creation_timeout_secs, while starting"
-        # A task seen stopped since the last progress is the cause, also when it is no longer stopped: its own
-        # parent (supervise/task_parent.py) ends a stopped TensorFlow process after the same timeout, and may have done
-        # so a moment before this check. Seen in benchmarks/fault_campaign.py (a SIGSTOPped chief):
-        # "the run stalled" named no task. Pinned by tests/unit/test_stall_culprit.py.
+        # A task seen stopped since the last progress is the cause, also when it is no longer stopped (continued,
+        # or ended by something else a moment before this check). Seen in benchmarks/fault_campaign.py (a
+        # SIGSTOPped chief): "the run stalled" named no task. Pinned by tests/unit/test_stall_culprit.py.
         stopped = sorted(task for task, seen in self.seen_stopped.items() if seen >= self.monitor.last_change)
         culprit = f"; stopped by a signal: {', '.join(map(str, stopped))}" if stopped else ""
         raise TaskFailure(f"no task made progress for {limit:.0f} s (launcher.stall_timeout_secs{extra}; last step: "

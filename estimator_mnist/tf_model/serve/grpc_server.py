@@ -17,6 +17,7 @@ import threading
 
 import grpc
 
+from estimator_mnist.config import timeouts
 from estimator_mnist.errors import UsageError
 from estimator_mnist.tf_model.serve.grpc_api import add_services
 from estimator_mnist.tf_model.serve.serving_api import ServingApi
@@ -39,7 +40,7 @@ class GrpcServer:
             self._loop.call_soon_threadsafe(self._loop.stop)
             raise
 
-    def _call(self, coroutine, timeout: float = 30):
+    def _call(self, coroutine, timeout: float = timeouts.SERVE_GRPC_START_SECS):
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
 
     async def _start(self, api: ServingApi, max_message_bytes: int) -> None:
@@ -61,8 +62,8 @@ class GrpcServer:
 
     def close(self) -> None:
         try:
-            self._call(self._server.stop(None), timeout=5)
+            self._call(self._server.stop(None), timeout=timeouts.SERVE_GRPC_CLOSE_SECS)
         except (concurrent.futures.TimeoutError, RuntimeError):
             pass
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
+        self._thread.join(timeouts.SERVE_GRPC_CLOSE_SECS)

@@ -22,6 +22,7 @@ from waitress.server import create_server
 from waitress.task import ErrorTask, WSGITask
 from waitress.utilities import RequestEntityTooLarge
 
+from estimator_mnist.config import timeouts
 from estimator_mnist.tf_model.serve.app import ERR_BODY_SIZE
 from estimator_mnist.tf_model.serve.lifecycle import Lifecycle
 from estimator_mnist.tf_model.serve.serving_errors import error_body
@@ -91,5 +92,5 @@ class HttpServer:
         self.stop_accepting()
         for channel in self.channels():
             channel.close()
-        self.server.task_dispatcher.shutdown(cancel_pending=True, timeout=1)
+        self.server.task_dispatcher.shutdown(cancel_pending=True, timeout=timeouts.SERVE_CLOSE_SECS)
         self.server.trigger.close()

@@ -19,6 +19,7 @@ import socket
 import sys
 import time
 
+from estimator_mnist.config import timeouts
 from estimator_mnist.errors import UsageError
 from estimator_mnist.plan.hosts import LOOPBACK_HOSTS
 from estimator_mnist.startup_noise import before_import
@@ -145,8 +146,8 @@ def _serve(args, sock: socket.socket, versions, batcher) -> int:
         http.close()
         if grpc_server is not None:
             grpc_server.close()
-        batcher.stop(timeout=1.0)
-        versions.stop(wait_secs=1.0)
+        batcher.stop(timeout=timeouts.SERVE_CLOSE_SECS)
+        versions.stop(wait_secs=timeouts.SERVE_CLOSE_SECS)
     if len(signals) > 1:
         return STOPPED_BY_SECOND_SIGNAL if signals[0] != signal.SIGINT else _interrupted()
     return _interrupted() if signals[0] == signal.SIGINT else 0

@@ -12,13 +12,14 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from estimator_mnist.config import timeouts
 from estimator_mnist.tf_model.serve.batcher import Batcher
 from estimator_mnist.tf_model.serve.lifecycle import ERR_STOPPING, Lifecycle
 from estimator_mnist.tf_model.serve.metrics import Metrics
 from estimator_mnist.tf_model.serve.serving_errors import invalid, ServingError
 from estimator_mnist.tf_model.serve.versions import evaluation_of, Version, Versions
 
-DEADLINE_SECS = 30.0  # Serving's --rest_api_timeout_in_ms default
+DEADLINE_SECS = timeouts.SERVE_REQUEST_TIMEOUT_MS / 1000.0  # Serving's --rest_api_timeout_in_ms default
 MAX_INSTANCES = 10000  # a request may carry MNIST's whole test set, no more
 MAX_ELEMENTS = MAX_INSTANCES * 28 * 28  # and no tensor more values than that set's images
 
