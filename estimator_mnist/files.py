@@ -2,19 +2,36 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Optional
 
 
-def write_text_atomic(path, text: str) -> Path:
-    """Writes `text` so that a reader sees the old file or the new one, never half of one."""
+def write_text_atomic(path, text: str, durable: bool = False) -> Path:
+    """Writes `text` so that a reader sees the old file or the new one, never half of one. `durable`: synced to
+    disk before it replaces the old file (a record that must survive a crash of the machine).
+
+    The temporary file's name is unique per call, not per process: two threads of one process may write the same
+    file at once (the chief's preemption mark, written by whichever of two paths ends it first), and with a name
+    per pid the second os.replace found the first one's temporary gone (FileNotFoundError, a real Slurm run in CI;
+    pinned by tests/unit/test_files.py)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            if durable:
+                stream.flush()
+                os.fsync(stream.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the file from other users' readers (a shared model_dir)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
     return path
 
 

@@ -17,15 +17,14 @@ import os
 import time
 from typing import Optional
 
+from estimator_mnist.files import write_text_atomic
+
 MARK_FILE = "preempted.json"
 
 
 def write_mark(model_dir: str, step: int, task: str, clock=time.time) -> str:
     path = os.path.join(model_dir, MARK_FILE)
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump({"step": step, "task": task, "time": clock()}, handle)
-    os.replace(temporary, path)
+    write_text_atomic(path, json.dumps({"step": step, "task": task, "time": clock()}))
     return path
 
 

@@ -11,13 +11,13 @@ budget on purpose. The count never silently starts again from zero.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
 from typing import Callable, Optional
 
 from estimator_mnist.errors import PermanentFailure
+from estimator_mnist.files import write_text_atomic
 
 RECORD_FILE = "restart_budget.json"
 LAST_GOOD = ".last-good"
@@ -76,25 +76,13 @@ def read_record(path: str, log: Callable[[str], None], clock=time.time) -> dict:
                                            good_problem=good_problem))
 
 
-def _write_whole(path: str, text: str) -> None:
-    temporary = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)  # readers on other hosts see the old file or the new one, whole
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(temporary)
-
-
 def write_record(path: str, record: dict) -> None:
     """The record, then its last good copy: both always whole."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     text = json.dumps(record, indent=1)
-    _write_whole(path, text)
-    _write_whole(path + LAST_GOOD, text)
+    # Readers on other hosts see the old file or the new one, whole; synced, as the count must outlive a crash.
+    write_text_atomic(path, text, durable=True)
+    write_text_atomic(path + LAST_GOOD, text, durable=True)
 
 
 def record_path(model_dir: Optional[str]) -> Optional[str]:

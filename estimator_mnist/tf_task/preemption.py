@@ -63,10 +63,13 @@ def wait_for_stop_checkpoint(preemption: "Preemption", model_dir: str, secs: flo
 
 def mark_if_saved(preemption: "Preemption", model_dir: str) -> None:
     """The writer's mark (preemption_mark.py): asked to stop, its stop step saved, so the restart budget counts
-    no incident for it. Written by whichever path ends the chief first: the hook's thread or run_trainer."""
-    step = preemption.stopped_at_step
-    if step is not None and checkpoints.latest_step(model_dir) == step:
-        write_mark(model_dir, step, preemption.task)
+    no incident for it. Written once, by whichever path ends the chief first: the hook's thread or run_trainer
+    (the two raced in a real Slurm run; tests/unit/test_preemption.py pins the once)."""
+    with preemption.mark_lock:
+        step = preemption.stopped_at_step
+        if step is not None and preemption.marked_step != step and checkpoints.latest_step(model_dir) == step:
+            write_mark(model_dir, step, preemption.task)
+            preemption.marked_step = step
 
 
 class Preemption:
@@ -81,6 +84,8 @@ class Preemption:
         self.task, self.grace_secs, self.graceful = task, grace_secs, graceful
         self.requested_at: Optional[float] = None
         self.stopped_at_step: Optional[int] = None
+        self.marked_step: Optional[int] = None  # the step whose mark this process wrote (mark_if_saved)
+        self.mark_lock = threading.Lock()
         self._exit_fn, self._clock, self._saved = exit_fn, clock, saved
 
     def install(self) -> None:

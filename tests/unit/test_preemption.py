@@ -178,3 +178,35 @@ def test_every_trainer_waits_for_the_chief_s_checkpoint_of_the_stop_step_within_
     slept.clear()
     wait_for_stop_checkpoint(preemption, str(tmp_path), 1, sleep=sleep, clock=lambda: now[0], marked=True)
     assert slept == []
+
+
+def test_the_chief_s_mark_is_written_once_though_two_paths_end_it_at_once(tmp_path, monkeypatch):
+    """The hook's teardown thread and run_trainer both call mark_if_saved; in a real Slurm run the two raced, and
+    the second os.replace found the first one's temporary gone (FileNotFoundError, the chief exited 1)."""
+    from estimator_mnist import preemption_mark
+    from estimator_mnist.tf_task import preemption as module
+
+    (tmp_path / "model.ckpt-20.index").write_bytes(b"x")
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-20"\n')
+    preemption = Preemption("chief:0", 25, graceful=True, exit_fn=lambda *a: None)
+    preemption.stopped_at_step = 20
+    writes, barrier = [], threading.Barrier(8)
+
+    def write_mark(*args):
+        writes.append(args)
+        return preemption_mark.write_mark(*args)
+
+    monkeypatch.setattr(module, "write_mark", write_mark)
+
+    def end():
+        barrier.wait()
+        module.mark_if_saved(preemption, str(tmp_path))
+
+    threads = [threading.Thread(target=end) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert writes == [(str(tmp_path), 20, "chief:0")]
+    assert preemption_mark.take_mark(str(tmp_path), 20)["step"] == 20
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["checkpoint", "model.ckpt-20.index"]
