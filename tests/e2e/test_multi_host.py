@@ -17,7 +17,7 @@ from tests.e2e.simulated_hosts import SimulatedHosts, require_namespaces
 
 TRAINING = """
 training: {{batch_size_per_replica: 32, max_steps: {steps}, save_checkpoints_steps: {save},
-            session_creation_timeout_secs: 20}}
+            session_creation_timeout_secs: {session}}}
 evaluation: {{throttle_secs: 0, start_delay_secs: 0, batch_size: 2000}}
 model_dir: {root}/model
 run_dir: {root}/run
@@ -46,6 +46,7 @@ def hosts():
 def write(tmp_path, template, mnist_data_dir, **fields):
     path = tmp_path / "cluster.yaml"
     fields.setdefault("compression", "none")
+    fields.setdefault("session", 20)
     path.write_text(template.format(root=tmp_path, data_dir=mnist_data_dir, **fields), encoding="utf-8")
     return path
 
@@ -84,20 +85,23 @@ def test_async_ps_across_two_hosts_ends_every_task_by_itself(tmp_path, mnist_dat
 
 
 def test_a_dead_host_is_named_with_the_retryable_code(tmp_path, mnist_data_dir, hosts):
-    path = write(tmp_path, MWMS, mnist_data_dir, steps=40, save=20, collective=60, delay=0, evaluator="")
+    session = 10  # training.session_creation_timeout_secs: what the chief waits out here
+    path = write(tmp_path, MWMS, mnist_data_dir, steps=40, save=20, collective=60, delay=0, evaluator="",
+                 session=session)
     hosts.link("b", up=False)
     procs = start(hosts, path, ["chief:0"], tmp_path)
     ended = hosts.wait_all(procs, timeout=120)
     print(f"dead host: chief exit {procs['chief:0'].returncode} after {ended} s")
     assert procs["chief:0"].returncode == 200, log_of(tmp_path, "chief:0")[-3000:]
-    assert ended["chief:0"] < 20 + 30  # session_creation_timeout_secs plus a margin
+    assert ended["chief:0"] < session + 30  # session_creation_timeout_secs plus a margin
     assert "these peers do not answer: worker:0 (192.0.2.2:2222)" in log_of(tmp_path, "chief:0")
 
 
 def test_a_link_lost_mid_training_ends_every_trainer_retryably_and_a_restart_resumes(tmp_path, mnist_data_dir,
                                                                                       hosts):
     collective = 10
-    path = write(tmp_path, MWMS, mnist_data_dir, steps=300, save=20, collective=collective, delay=50, evaluator="")
+    # 120 steps: the link goes at the first checkpoint (20), the restart trains the rest at 50 ms a step.
+    path = write(tmp_path, MWMS, mnist_data_dir, steps=120, save=20, collective=collective, delay=50, evaluator="")
     procs = start(hosts, path, ["chief:0", "worker:0"], tmp_path)
     deadline = time.monotonic() + 300
     while (latest_step(str(tmp_path / "model")) or 0) < 20 and time.monotonic() < deadline:
@@ -119,4 +123,4 @@ def test_a_link_lost_mid_training_ends_every_trainer_retryably_and_a_restart_res
     hosts.wait_all(again, timeout=400)
     assert {t: p.returncode for t, p in again.items()} == {"chief:0": 0, "worker:0": 0}
     assert re.search(rf"Restoring parameters from .*model\.ckpt-{saved}\b", log_of(tmp_path, "chief:0"))
-    assert latest_step(str(tmp_path / "model")) == 300
+    assert latest_step(str(tmp_path / "model")) == 120

@@ -13,8 +13,11 @@ FAKE = str(Path(__file__).parent / "fake_task.py")
 
 
 def main(run_dir: str, behaviour: str = "hang_ignoring_sigterm") -> int:
+    # preemption_grace_secs: after a SIGTERM the tasks get this long (plus the backstop) before a SIGKILL; these
+    # hang, so it is waited out (30 s at the default 25).
     config = config_from_dict({"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"]},
-                               "training": {"max_steps": 100, "save_checkpoints_steps": 50},
+                               "training": {"max_steps": 100, "save_checkpoints_steps": 50,
+                                            "preemption_grace_secs": 2},
                                "launcher": {"grace_secs": 1}, "run_dir": run_dir}, "c.yaml")
 
     def command(task):
