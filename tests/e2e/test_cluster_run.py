@@ -70,11 +70,11 @@ def test_killing_a_worker_stops_the_whole_run(tmp_path, mnist_data_dir):
 def test_on_failure_restarts_from_the_checkpoint_and_finishes(tmp_path, mnist_data_dir):
     """The chief (worker 0) is SIGKILLed while it saves a checkpoint; the group restarts and finishes."""
     template = CLUSTER_YAML + "restart: {{policy: on_failure, max_restarts: 2, backoff_secs: 1}}\n"
-    proc, _, _ = launch_and_kill_when(tmp_path, template, r"Saving checkpoints for 40 ", task="worker:0", steps=120,
+    proc, _, _ = launch_and_kill_when(tmp_path, template, r"Saving checkpoints for 40 ", task="worker:0", steps=80,
                                       save=40, data_dir=mnist_data_dir)
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out
-    assert re.search(r"finished: accuracy=[\d.]+ global_step=120 ", out), out
+    assert re.search(r"finished: accuracy=[\d.]+ global_step=80 ", out), out
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
     [restart] = summary["restarts"]
     assert restart["failed_task"] == "worker:0" and restart["reason"] == "killed by SIGKILL"
@@ -94,7 +94,7 @@ def test_a_peer_that_never_starts_is_named_within_the_timeout(tmp_path, mnist_da
     import sys
 
     template = CLUSTER_YAML.replace("log_step_count_steps: 10}}", "log_step_count_steps: 10, "
-                                    "session_creation_timeout_secs: 15}}")
+                                    "session_creation_timeout_secs: 10}}")
     path = write_cluster(tmp_path, template, 2, steps=50, save=50, data_dir=mnist_data_dir)
     missing = re.search(r'"localhost:\d+", "(localhost:\d+)"', path.read_text())[1]
     started = time.monotonic()
@@ -102,9 +102,9 @@ def test_a_peer_that_never_starts_is_named_within_the_timeout(tmp_path, mnist_da
                              "--task", "worker:0"], cwd=REPO, capture_output=True, text=True, timeout=300)
     elapsed = time.monotonic() - started
     assert result.returncode == 200  # retryable, never a SIGKILL seen from outside
-    assert (f"task worker:0: no training session after training.session_creation_timeout_secs=15 s: these peers "
+    assert (f"task worker:0: no training session after training.session_creation_timeout_secs=10 s: these peers "
             f"do not answer: worker:1 ({missing})") in result.stderr
-    assert elapsed < 15 + 60
+    assert elapsed < 10 + 60
 
 
 PS_CLUSTER_YAML = """
@@ -123,14 +123,14 @@ data_dir: {data_dir}
 def test_on_failure_survives_the_loss_of_the_parameter_server(tmp_path, mnist_data_dir):
     """The ps holds every variable: after its SIGKILL the group restarts and the chief restores them."""
     proc, _, _ = launch_and_kill_when(tmp_path, PS_CLUSTER_YAML, r"Saving checkpoints for [1-9]\d* ", task="ps:0", ports=3,
-                                      steps=150, save=50, data_dir=mnist_data_dir)
+                                      steps=120, save=50, data_dir=mnist_data_dir)
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
     [restart] = summary["restarts"]
     assert restart["failed_task"] == "ps:0" and restart["reason"] == "killed by SIGKILL"
     assert restart["restarted_tasks"] == ["ps:0", "worker:0", "worker:1"]
-    assert 150 <= summary["global_step"] <= 152  # asynchronous: each worker may finish one more step
+    assert 120 <= summary["global_step"] <= 122  # asynchronous: each worker may finish one more step
     assert not pids_alive(summary["all_pids"])
 
 
