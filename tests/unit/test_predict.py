@@ -82,7 +82,9 @@ NPY_HEADER = _npy_bytes(np.zeros((28, 28), np.uint8))
     ("empty.png", b"", ERR_UNREADABLE),
     # Found by tests/unit/test_fuzzed_images.py (tracebacks): a damaged deflate stream (zlib.error), a NUL in a
     # .npy header (SyntaxError from its literal_eval), and a header whose shape claims more than the file holds.
-    ("damaged.idx.gz", gzip.compress(idx_bytes(2051, np.zeros((2, 28, 28))))[:10] + b"\xff" * 40, ERR_UNREADABLE),
+    # mtime=0: the bytes are the test's id, which must be the same in every pytest-xdist worker.
+    ("damaged.idx.gz", gzip.compress(idx_bytes(2051, np.zeros((2, 28, 28))), mtime=0)[:10] + b"\xff" * 40,
+     ERR_UNREADABLE),
     ("nul-header.npy", NPY_HEADER.replace(b"(28, 28)", b"(28, 28\x00"), ERR_UNREADABLE),
     ("huge-claim.npy", NPY_HEADER.replace(b"(28, 28)", b"(10**9,)".ljust(8)), ERR_UNREADABLE),
     ("huge-shape.npy", NPY_HEADER.replace(b"(28, 28)", b"(99999,9999999999)".ljust(8))[:-700], ERR_UNREADABLE),
