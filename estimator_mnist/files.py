@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
+import uuid
 from pathlib import Path
 from typing import Optional
 
@@ -20,14 +20,15 @@ def write_text_atomic(path, text: str, durable: bool = False) -> Path:
     pinned by tests/unit/test_files.py)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # Not mkstemp: its mode is 0600 whatever the umask, and the file must have the mode every other file of the
+    # run has (the plan's umask). A random name opened exclusively is as unique, on every host of a shared disk.
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+        with open(tmp, "x", encoding="utf-8") as stream:
             stream.write(text)
             if durable:
                 stream.flush()
                 os.fsync(stream.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the file from other users' readers (a shared model_dir)
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -31,10 +31,14 @@ def test_threads_of_one_process_write_one_file_at_once_and_it_is_always_whole(tm
     assert [p.name for p in tmp_path.iterdir()] == ["record.json"]  # no temporary left
 
 
-def test_a_durable_write_is_readable_by_others_and_a_failed_one_leaves_the_old_file_and_no_temporary(
+def test_a_durable_write_follows_the_umask_and_a_failed_one_leaves_the_old_file_and_no_temporary(
         tmp_path, monkeypatch):
-    path = files.write_text_atomic(tmp_path / "sub" / "a.txt", "old", durable=True)
-    assert path.read_text() == "old" and oct(os.stat(path).st_mode & 0o777) == "0o644"
+    previous = os.umask(0o027)  # the plan's PRIVATE_UMASK: the file gets the mode every file of the run gets
+    try:
+        path = files.write_text_atomic(tmp_path / "sub" / "a.txt", "old", durable=True)
+    finally:
+        os.umask(previous)
+    assert path.read_text() == "old" and oct(os.stat(path).st_mode & 0o777) == "0o640"
 
     def fail(*_):
         raise OSError(28, "No space left on device")
