@@ -49,6 +49,10 @@ def is_x86() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64")
 
 
+# How lower_cpu_priority and priority_now say SCHED_IDLE: the task's log line, whichever process wrote it.
+IDLE_PRIORITY = "SCHED_IDLE (runs only on cores that training leaves idle)"
+
+
 def lower_cpu_priority(nice) -> str:
     """Lowers every thread of this process to SCHED_IDLE ('idle') or to a niceness; says what it did.
 
@@ -65,7 +69,7 @@ def lower_cpu_priority(nice) -> str:
                 os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
             except OSError:
                 pass  # the thread has ended
-        return "SCHED_IDLE (runs only on cores that training leaves idle)"
+        return IDLE_PRIORITY
     niceness = 19 if nice == "idle" else nice
     for tid in threads:
         try:
@@ -79,6 +83,6 @@ def priority_now() -> str:
     """This process's CPU priority as lower_cpu_priority describes it: what a process started by one that
     lowered its own priority inherits (a task's TensorFlow process, from `train`)."""
     if hasattr(os, "SCHED_IDLE") and os.sched_getscheduler(0) == os.SCHED_IDLE:
-        return "SCHED_IDLE (runs only on cores that training leaves idle)"
+        return IDLE_PRIORITY
     niceness = os.getpriority(os.PRIO_PROCESS, 0)
     return f"nice {niceness}" if niceness > 0 else "unchanged"
