@@ -21,6 +21,7 @@ from estimator_mnist.plan.task_plan import apply_to_this_process
 from estimator_mnist.plan.task_spec import read_spec
 from estimator_mnist.preemption_mark import write_mark
 from estimator_mnist.progress import ProgressWriter, progress_path
+from estimator_mnist.supervise.process_group import spec_file
 
 ONCE = {"chief_fails_once": ("fail_soon", "chief_ok"), "chief_stalls_once": ("silent_forever", "chief_ok"),
         "evaluator_fails_once": ("exit_now", "evaluator_ok"), "worker_stops_once": ("stop_itself", "worker_ok")}
@@ -33,7 +34,8 @@ class Fake:
         self.port = int(argv[5]) if len(argv) > 5 else 0
         os.makedirs(self.model_dir, exist_ok=True)
         role, index = self.task.split(":")
-        self.writer = ProgressWriter(progress_path(self.run_dir, TaskId(role, int(index))), self.task,
+        self.task_id = TaskId(role, int(index))
+        self.writer = ProgressWriter(progress_path(self.run_dir, self.task_id), self.task,
                                      examples_per_step=64)
 
     def first_time(self, name) -> bool:
@@ -114,17 +116,17 @@ def silent(_fake):
         time.sleep(1)
 
 
-def apply_plan_as_train_does(run_dir: str, task: str) -> None:
+def apply_plan_as_train_does(run_dir: str, task: TaskId) -> None:
     """`train` applies its spec's plan to itself before anything else; its stand-in does the same, with the
-    spec `launch` wrote for it (the newest `<type>-<index>.spec.json` under RUN_DIR)."""
-    specs = sorted(Path(run_dir).rglob(task.replace(":", "-") + ".spec.json"), key=lambda p: p.stat().st_mtime)
+    spec `launch` wrote for it (the newest of that name, supervise/process_group.spec_file, under RUN_DIR)."""
+    specs = sorted(Path(run_dir).rglob(spec_file(Path(), task).name), key=lambda p: p.stat().st_mtime)
     if specs:
         apply_to_this_process(read_spec(str(specs[-1])).plan)
 
 
 def main(argv) -> int:
     fake = Fake(argv)
-    apply_plan_as_train_does(fake.run_dir, fake.task)
+    apply_plan_as_train_does(fake.run_dir, fake.task_id)
     behaviour = fake.behaviour
     if behaviour in ONCE:
         behaviour = ONCE[behaviour][0] if fake.first_time(behaviour) else ONCE[behaviour][1]
