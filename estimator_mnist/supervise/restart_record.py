@@ -77,8 +77,7 @@ def read_record(path: str, log: Callable[[str], None], clock=time.time) -> dict:
 
 
 def write_record(path: str, record: dict) -> None:
-    """The record, then its last good copy: both always whole."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    """The record, then its last good copy: both always whole (write_text_atomic makes the directory)."""
     text = json.dumps(record, indent=1)
     # Readers on other hosts see the old file or the new one, whole; synced, as the count must outlive a crash.
     write_text_atomic(path, text, durable=True)
