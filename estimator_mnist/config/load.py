@@ -21,6 +21,8 @@ from estimator_mnist.config.values import ERR_MISSING_KEY, ERR_TYPE, as_mapping,
 ERR_UNREADABLE = "{file}: cannot read the cluster file ({reason}); pass an existing YAML file with --cluster"
 ERR_PATH = "{file}: {key} {path!r} cannot be used as a path ({reason}); choose another"
 ERR_NOT_YAML = "{file}: not valid YAML ({reason}); fix the syntax at the place named"
+ERR_DUPLICATE_KEY = ("{file}: line {line}: key {key!r} is given twice in one mapping (first at line {first}); "
+                     "YAML would silently keep only the last, so remove one")
 ERR_URL = ("{file}: {key} {path!r} is a URL ({scheme}://), which this product does not read or write: it would "
            "become a local folder on each host; give a path on a shared POSIX file system (NFS, Lustre, a "
            "ReadWriteMany volume), the storage that works today")
@@ -71,6 +73,36 @@ def config_from_dict(data, source: str, label: Optional[str] = None) -> Config:
     return config
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key, line: int, first: int):
+        super().__init__(key)
+        self.key, self.line, self.first = key, line, first
+
+
+def _strict_loader():
+    """PyYAML's SafeLoader, but a key given twice in one mapping is an error: PyYAML keeps the last one, so a
+    second `model_dir:` further down a long file would silently win over the one a user reads first. Keys that
+    a merge (`<<: *defaults`) brings in may still be overridden, as YAML intends."""
+    import yaml  # pylint: disable=import-outside-toplevel  # `--help` stays instant
+
+    class StrictLoader(yaml.SafeLoader):  # pylint: disable=too-many-ancestors
+        def construct_mapping(self, node, deep=False):
+            seen = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node.start_mark.line + 1)
+                except TypeError:  # an unhashable key: SafeLoader's own error names it
+                    continue
+                if first != key_node.start_mark.line + 1:
+                    raise _DuplicateKey(key, key_node.start_mark.line + 1, first)
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
+
+
 def read_yaml(path) -> dict:
     """The raw mapping of a YAML file, or a UsageError naming the file and the problem."""
     import yaml  # Imported here so `--help` stays instant.
@@ -82,7 +114,9 @@ def read_yaml(path) -> dict:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise UsageError(ERR_UNREADABLE.format(file=file, reason=reason)) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_strict_loader())  # nosec B506: a SafeLoader
+    except _DuplicateKey as exc:
+        raise UsageError(ERR_DUPLICATE_KEY.format(file=file, line=exc.line, key=exc.key, first=exc.first)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

@@ -32,6 +32,9 @@ EXPECTED = {
     "negative_batch.yaml": r"training\.batch_size_per_replica must be a positive number, got -8",
     "zero_steps.yaml": r"training\.max_steps must be a positive number, got 0",
     "not_yaml.yaml": r"not valid YAML \(line \d+, column \d+: ",
+    "duplicate_key.yaml": r"line 6: key 'model_dir' is given twice in one mapping \(first at line 3\); YAML would "
+                          r"silently keep only the last, so remove one",
+    "duplicate_nested_key.yaml": r"line 6: key 'max_steps' is given twice in one mapping \(first at line 4\)",
     "empty.yaml": r"missing required key 'cluster'.*the file is empty",
     "no_cluster.yaml": r"missing required key 'cluster'",
     "cluster_not_mapping.yaml": r"cluster must be a mapping of keys to values, got list",
@@ -215,3 +218,11 @@ def test_a_url_model_dir_is_one_line_and_exit_2_and_makes_no_local_folder(comman
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "model_dir 'gs://bucket/run' is a URL (gs://)" in lines[0], lines
     assert sorted(os.listdir(tmp_path)) == ["c.yaml"]  # no gs: folder, no runs/
+
+
+def test_a_merge_may_still_be_overridden_key_by_key(tmp_path):
+    path = tmp_path / "merge.yaml"
+    path.write_text("x: &defaults {max_steps: 10, save_checkpoints_steps: 5}\n"
+                    "training: {<<: *defaults, max_steps: 20}\ncluster: {chief: ['localhost:2222']}\n")
+    from estimator_mnist.config import read_yaml  # pylint: disable=import-outside-toplevel
+    assert read_yaml(path)["training"] == {"max_steps": 20, "save_checkpoints_steps": 5}
