@@ -91,6 +91,13 @@ def evaluator_gate(run_dir: str, model_dir: str, started: float, clock=time.time
     return lambda: clock() - started >= GATE_MAX_SECS or trainers_under_way(run_dir, model_dir, started, now=clock())
 
 
+def _end_child(child: subprocess.Popen, reason: str) -> None:
+    """Logs why, then ends the TensorFlow process at once and reaps it; its parent then exits 200 (retryable)."""
+    log(reason)
+    child.kill()
+    child.wait()
+
+
 class TaskParent:
     def __init__(self, plan: TaskPlan, session_timeout_secs: float,
                  preemption_grace_secs: float = TrainingConfig.preemption_grace_secs,
@@ -126,12 +133,10 @@ class TaskParent:
         self.stopped_since = self.stopped_since if self.stopped_since is not None else now
         if now - self.stopped_since <= self.stall_secs:
             return False
-        log(f"task {self.plan.task}: its TensorFlow process (pid {self.child.pid}) has been stopped by a signal "
-            f"(process state T: SIGSTOP or a debugger) for {now - self.stopped_since:.0f} s "
-            f"(launcher.stall_timeout_secs={self.stall_secs:g}); its peers only wait for it; ending it and exiting "
-            f"with {RETRYABLE_EXIT_CODE} (retryable)")
-        self.child.kill()
-        self.child.wait()
+        _end_child(self.child, f"task {self.plan.task}: its TensorFlow process (pid {self.child.pid}) has been "
+                   f"stopped by a signal (process state T: SIGSTOP or a debugger) for {now - self.stopped_since:.0f} s "
+                   f"(launcher.stall_timeout_secs={self.stall_secs:g}); its peers only wait for it; ending it and "
+                   f"exiting with {RETRYABLE_EXIT_CODE} (retryable)")
         return True
 
     def _kill_child_if_overdue(self) -> None:
@@ -154,11 +159,9 @@ class TaskParent:
         if self.child.poll() is not None or self.stop_signal is not None:
             return True
         missing = missing_peers(peers_of(self.plan.tf_config, str(self.plan.task)))
-        log(f"task {self.plan.task}: no training session after training.session_creation_timeout_secs="
-            f"{self.session_timeout_secs:g} s: {describe_missing(missing)}; stopping this task with exit code "
-            f"{RETRYABLE_EXIT_CODE} (retryable)")
-        self.child.kill()
-        self.child.wait()
+        _end_child(self.child, f"task {self.plan.task}: no training session after "
+                   f"training.session_creation_timeout_secs={self.session_timeout_secs:g} s: "
+                   f"{describe_missing(missing)}; stopping this task with exit code {RETRYABLE_EXIT_CODE} (retryable)")
         return False
 
     def _wait_for_gate(self) -> bool:

@@ -19,6 +19,7 @@ from typing import List, Optional, Tuple
 
 from estimator_mnist import checkpoints
 from estimator_mnist.config import load_config
+from estimator_mnist.config.schema import ModelConfig
 from estimator_mnist.errors import UsageError
 from estimator_mnist.sweep import records
 from estimator_mnist.sweep.devices import visible_gpus
@@ -44,7 +45,9 @@ class Member:
     sweep_accuracy: float  # the trial's own final evaluation on the test set
     sweep_validation_accuracy: Optional[float] = None  # ... and on its validation split
     weight: int = 1        # how many times the selection picked it: its share of the average
-    normalise_inputs: bool = False  # its trial's model.normalise_inputs: part of the network it trained
+    # Its trial's model.normalise_inputs, part of the network it trained; plan_ensemble always passes it, and a
+    # Member built by hand gets the key's own default.
+    normalise_inputs: bool = ModelConfig.normalise_inputs
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,8 @@ def _own_probabilities(network: str, checkpoint: str, images, averaged: bool = F
 def test_members_of_two_networks_on_two_devices_export_as_one_model_of_their_weighted_average(tmp_path, averaged):
     checkpoints = [_member_checkpoint(tmp_path, n, seed, a) for (seed, n), a in zip(enumerate(NETWORKS, start=1), averaged)]
     # The first member picked twice, the second once, as the greedy selection may weight them.
-    members = tuple(Member(f"trial-00{i}", {"model.network": n}, n, c, f"/device:CPU:{i}", 0.5, 0.6, weight=2 - i)
+    members = tuple(Member(f"trial-00{i}", {"model.network": n}, n, c, f"/device:CPU:{i}", 0.5, 0.6, weight=2 - i,
+                           normalise_inputs=False)  # as _member_checkpoint trained them
                     for i, (n, c) in enumerate(zip(NETWORKS, checkpoints)))
     records.save(tmp_path, {"identity": {}, "trials": []})
     plan = EnsemblePlan(tmp_path, members, "unused", 32, logical_cpus=2, validation_examples=20)
