@@ -40,22 +40,38 @@ class DoneSignalHook(tf.compat.v1.train.SessionRunHook):
     reports once its final checkpoint is on disk (`report_final_checkpoint`)."""
 
     def __init__(self, config: Config, plan: TaskPlan):
-        self._addresses, self._name = ps_addresses(config), str(plan.task)
-        self._timeout_ms, self._max_steps = plan.operation_timeout_ms, config.training.max_steps
+        self._config, self._plan = config, plan
 
     def begin(self):
         self._step = tf.compat.v1.train.get_global_step()
 
     def end(self, session):
-        if int(session.run(self._step)) >= self._max_steps:
-            signal_done(self._addresses, self._name, self._timeout_ms, log)
+        if int(session.run(self._step)) >= self._config.training.max_steps:
+            _report_done(self._config, self._plan)
+
+
+# The (model_dir, task) pairs that told the ps tasks they finished, and the lock of the telling.
+_REPORTED, _REPORT_LOCK = set(), threading.Lock()
+
+
+def _report_done(config: Config, plan: TaskPlan) -> None:
+    """Tells every ps task that this trainer finished, once: a worker reports from its hook's `end` or, when
+    the teardown watchdog ends it first (a backup worker of parameter_server_sync left waiting for a step
+    that never comes), from finish_training. A second report to a ps that has left would wait out the
+    operation timeout before the task could exit."""
+    with _REPORT_LOCK:
+        key = (config.model_dir, str(plan.task))
+        if key not in _REPORTED:
+            _REPORTED.add(key)
+            signal_done(ps_addresses(config), str(plan.task), plan.operation_timeout_ms, log)
 
 
 def report_final_checkpoint(config: Config, plan: TaskPlan) -> None:
-    """The checkpointing trainer's DoneSignalHook: tells the ps tasks once the final checkpoint is on disk."""
-    if config.strategy.name in PS_STRATEGIES and plan.is_chief and \
+    """A ps strategy's trainer tells the ps tasks it finished once the final checkpoint is on disk: the chief
+    always here, after its final save; a worker here only if its DoneSignalHook never ran its `end`."""
+    if config.strategy.name in PS_STRATEGIES and plan.task.is_trainer and \
             (checkpoints.latest_step(config.model_dir) or -1) >= config.training.max_steps:
-        signal_done(ps_addresses(config), str(plan.task), plan.operation_timeout_ms, log)
+        _report_done(config, plan)
 
 
 # The (model_dir, task) pairs this process has finished, and the lock the two callers of finish_training share.

@@ -110,6 +110,10 @@ def test_parameter_server_sync_with_a_backup_worker(tmp_path, mnist_data_dir):
     assert sum(done.values()) >= 2 * steps - 2, done
     # The straggler's gradients were not waited for: it did a fraction of the steps.
     assert 0 < done["worker:1"] < steps / 2, done
+    # Every trainer told the ps it finished, the straggler too when the teardown watchdog ended it blocked in its
+    # last step's token queue: the ps exited by itself, not after launch's finish timeout (60 s).
+    assert summary["tasks"]["ps:0"]["exit"] == 0 and summary["tasks"]["ps:0"]["stopped_by_launcher"] is False, out
+    assert "every trainer finished" in task_log(summary, "ps:0")
 
 
 def test_mirrored_replicates_over_two_devices(tmp_path, mnist_data_dir):

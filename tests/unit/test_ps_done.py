@@ -98,17 +98,48 @@ def test_the_chief_reports_from_no_hook_since_its_final_save_comes_after_every_h
     ("parameter_server_sync", CHIEF, 200, True),
     ("parameter_server", CHIEF, 180, False),      # stopped short (a preemption): the ps stays for the restart
     ("parameter_server", CHIEF, None, False),
-    ("parameter_server", WORKER, 201, False),     # a worker reports from its hook
+    ("parameter_server_sync", WORKER, 200, True),  # its hook's end never ran: the teardown watchdog ended it
+    ("parameter_server", WORKER, 180, False),
     ("multi_worker_mirrored", CHIEF, 200, False),  # no ps
 ])
-def test_the_chief_reports_to_the_ps_once_its_final_checkpoint_is_on_disk(tmp_path, monkeypatch, strategy, task,
-                                                                           latest, reports):
+def test_a_trainer_reports_to_the_ps_once_the_final_checkpoint_is_on_disk(tmp_path, monkeypatch, strategy, task,
+                                                                          latest, reports):
     sent = []
     monkeypatch.setattr(roles, "signal_done", lambda addresses, name, timeout_ms, log: sent.append((addresses, name)))
     monkeypatch.setattr(roles.checkpoints, "latest_step", lambda model_dir: latest)
+    monkeypatch.setattr(roles, "_REPORTED", set())
     config = ps_config(tmp_path, strategy)
     roles.report_final_checkpoint(config, plan_task(config, task))
-    assert sent == ([(["localhost:3"], "chief:0")] if reports else [])
+    assert sent == ([(["localhost:3"], str(task))] if reports else [])
+
+
+class _Session:
+    def __init__(self, step):
+        self.step = step
+
+    def run(self, _fetch):
+        return self.step
+
+
+@pytest.mark.parametrize("hook_step, reports", [(200, ["worker:0"]), (150, ["worker:0"])],
+                         ids=["its_hook_reported", "its_hook_saw_no_last_step"])
+def test_a_worker_reports_once_from_its_hook_or_else_when_the_teardown_watchdog_ends_it(
+        tmp_path, monkeypatch, hook_step, reports):
+    # A backup worker of parameter_server_sync blocks in its last step's token queue; the teardown watchdog ends
+    # it before its hooks' end. Unreported, the ps served on until launch's finish timeout (60 s), or under a
+    # cluster manager until training.ps_idle_timeout_secs, then exited 200.
+    sent = []
+    monkeypatch.setattr(roles, "signal_done", lambda addresses, name, timeout_ms, log: sent.append(name))
+    monkeypatch.setattr(roles.checkpoints, "latest_step", lambda model_dir: 200)
+    monkeypatch.setattr(roles, "_REPORTED", set())
+    monkeypatch.setattr(roles, "_FINISHED", set())
+    config = ps_config(tmp_path, "parameter_server_sync")
+    plan = plan_task(config, WORKER)
+    hook = roles.DoneSignalHook(config, plan)
+    hook._step = None  # pylint: disable=protected-access  # begin() needs a graph; the session is a stand-in
+    hook.end(_Session(hook_step))
+    runner._before_teardown_exit(config, plan, progress=type("Progress", (), {"report": lambda self, step: None})())
+    assert sent == reports
 
 
 def test_the_trainer_finishes_once_though_training_s_return_and_the_teardown_watchdog_both_finish_it(
@@ -118,6 +149,7 @@ def test_the_trainer_finishes_once_though_training_s_return_and_the_teardown_wat
     monkeypatch.setattr(roles, "signal_done", lambda addresses, name, timeout_ms, log: sent.append(name))
     monkeypatch.setattr(roles.checkpoints, "latest_step", lambda model_dir: 200)
     monkeypatch.setattr(roles, "_FINISHED", set())
+    monkeypatch.setattr(roles, "_REPORTED", set())
     config = ps_config(tmp_path)
     plan = plan_task(config, CHIEF)
     roles.finish_training(config, plan)
