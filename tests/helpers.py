@@ -57,9 +57,9 @@ def run_cli(*args, env=None, timeout=120) -> subprocess.CompletedProcess:
                           cwd=REPO, env=full_env, timeout=timeout)
 
 
-def start_launch(path, *extra) -> subprocess.Popen:
+def start_launch(path, *extra, env=None) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "estimator_mnist", "launch", "--cluster", str(path), *extra],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     _STARTED_LAUNCHES.append(proc)
     return proc
 
@@ -86,13 +86,14 @@ def write_cluster(tmp_path, template: str, port_count: int, **fields) -> Path:
     return path
 
 
-def launch_cluster(tmp_path, template: str, port_count: int, attempts: int = 3, **fields):
-    """Runs `launch` to completion: (exit code, output, run summary or None).
+def launch_cluster(tmp_path, template: str, port_count: int, attempts: int = 3, env=None, **fields):
+    """Runs `launch` to completion (in `env`, or this process's environment): (exit code, output, run summary
+    or None).
 
     New free ports are chosen when one was taken between choosing and binding.
     """
     for _ in range(attempts):
-        proc = start_launch(write_cluster(tmp_path, template, port_count, **fields))
+        proc = start_launch(write_cluster(tmp_path, template, port_count, **fields), env=env)
         out, _ = proc.communicate(timeout=900)
         if proc.returncode == 2 and "already in use" in out:
             continue

@@ -36,7 +36,7 @@ from estimator_mnist.plan.task_plan import TaskPlan, describe
 from estimator_mnist.plan.task_spec import TaskSpec
 from estimator_mnist.tf_task.teardown import TeardownWatchdogHook, exit_now
 from estimator_mnist.tf_task.tf_workarounds import (bound_close_after_an_error, bound_session_recreation, lean_checkpoint_start,
-                             lean_events_graph)
+                             lean_events_graph, without_autograph)
 
 # TensorFlow's errors for a peer that is gone or unreachable, or a wait that timed out: a restart can cure them.
 TRANSIENT_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError)
@@ -230,12 +230,13 @@ def run_task(spec: TaskSpec, priority: str = "unchanged", ready_fd=None) -> int:
         # before TensorFlow's import (tf_task/__main__.py), leaves it alone from now on and scans only what is new.
         gc.freeze()
         gc.enable()
-        if task.is_evaluator:
-            run_evaluator(config, plan, estimator, eval_spec)
-        elif task.type == "ps":
-            run_ps(config, plan, estimator)
-        else:
-            run_trainer(config, plan, estimator, train_spec, eval_spec, preemption)
+        with without_autograph():
+            if task.is_evaluator:
+                run_evaluator(config, plan, estimator, eval_spec)
+            elif task.type == "ps":
+                run_ps(config, plan, estimator)
+            else:
+                run_trainer(config, plan, estimator, train_spec, eval_spec, preemption)
     except TRANSIENT_ERRORS as exc:
         raise lost_cluster(plan, exc) from None
     except (tf.errors.ResourceExhaustedError, OSError) as exc:

@@ -18,6 +18,7 @@ this file stays the index:
   the task could act (tests/e2e/test_cluster_run.py::test_a_peer_that_never_starts_is_named_within_the_timeout);
 - model_fn is marked as AutoGraph's own artifact (model.py): under a strategy AutoGraph rewrote it and
   all it calls at every trainer's start (tests/unit/test_model.py::test_autograph_leaves_model_fn_alone);
+- a task's role runs with AutoGraph off (without_autograph; tests/unit/test_without_autograph.py);
 - `serve` takes off the "Graph execution error:" that TF 2.15's Python session puts before a kernel's message,
   so that a client gets the text TF Serving's C++ session gives (serve/model.py;
   tests/process/test_serve.py::test_an_undecodable_image_gets_tensorflow_s_own_message).
@@ -25,6 +26,7 @@ this file stays the index:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -281,3 +283,18 @@ def remove_collective_scratch(model_dir: str, task) -> None:
     """
     tf.compat.v1.summary.FileWriterCache.clear()  # closes the writers, which would re-create their files
     shutil.rmtree(os.path.join(model_dir, f"tmp_{task.type}_{task.index}"), ignore_errors=True)
+
+
+@contextlib.contextmanager
+def without_autograph():
+    """TF 2.15: under a strategy AutoGraph converted Estimator's own functions at every task's start.
+
+    `call_for_each_replica` (mirrored_run.py) converted Estimator's `_call_model_fn` and its scaffold's
+    functions (0.2 s of a trainer's start), each written to `__autograph_generated_file*.py` in the temporary
+    directory for an atexit hook to remove; tasks end with os._exit (teardown.exit_now), so each run left
+    three per trainer in /tmp. Nothing in them needs converting. Pinned by tests/unit/test_without_autograph.py.
+    """
+    from tensorflow.python.autograph.core import ag_ctx  # pylint: disable=import-outside-toplevel
+
+    with ag_ctx.ControlStatusCtx(status=ag_ctx.Status.DISABLED):
+        yield

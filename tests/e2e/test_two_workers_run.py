@@ -22,9 +22,12 @@ DIGITS = 200
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, mnist_data_dir):
     tmp_path = tmp_path_factory.mktemp("two_workers")
-    code, out, summary = launch_cluster(tmp_path, CLUSTER_YAML, 2, steps=60, save=30, data_dir=mnist_data_dir)
+    temporary = tmp_path / "tmp"  # the tasks' temporary directory, which they must leave as they found it
+    temporary.mkdir()
+    code, out, summary = launch_cluster(tmp_path, CLUSTER_YAML, 2, steps=60, save=30, data_dir=mnist_data_dir,
+                                        env={**os.environ, "TMPDIR": str(temporary)})
     assert code == 0, out
-    return {"out": out, "summary": summary, "run_dir": tmp_path / "run"}
+    return {"out": out, "summary": summary, "run_dir": tmp_path / "run", "tmp": temporary}
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +68,8 @@ def test_two_workers_train_evaluate_and_export(run, tmp_path):
     model_dir = Path(summary["model_dir"])
     assert (model_dir / "model.ckpt-60.index").is_file()
     assert not pids_alive([t["pid"] for t in summary["tasks"].values()])
+    # AutoGraph converted nothing, so no task left its generated source behind (tf_workarounds.without_autograph).
+    assert not list(run["tmp"].glob("__autograph_generated_file*")), sorted(os.listdir(run["tmp"]))
 
     # Both workers trained: each logged its own input pipeline's steps.
     for task in ("worker-0", "worker-1"):
