@@ -15,6 +15,7 @@ from estimator_mnist.errors import UsageError
 from estimator_mnist.config.cluster import parse_cluster
 from estimator_mnist.config.overrides import apply_overrides
 from estimator_mnist.config.rules import check_checkpoints, check_devices, check_strategy_roles, parse_strategy, parse_tasks
+from estimator_mnist.config.strict_yaml import DuplicateKey, strict_load
 from estimator_mnist.config.schema import SECTIONS, TOP_LEVEL_KEYS, Config, default_data_dir
 from estimator_mnist.config.values import ERR_MISSING_KEY, ERR_TYPE, as_mapping, check_keys, parse_section
 
@@ -73,36 +74,6 @@ def config_from_dict(data, source: str, label: Optional[str] = None) -> Config:
     return config
 
 
-class _DuplicateKey(Exception):
-    def __init__(self, key, line: int, first: int):
-        super().__init__(key)
-        self.key, self.line, self.first = key, line, first
-
-
-def _strict_loader():
-    """PyYAML's SafeLoader, but a key given twice in one mapping is an error: PyYAML keeps the last one, so a
-    second `model_dir:` further down a long file would silently win over the one a user reads first. Keys that
-    a merge (`<<: *defaults`) brings in may still be overridden, as YAML intends."""
-    import yaml  # pylint: disable=import-outside-toplevel  # `--help` stays instant
-
-    class StrictLoader(yaml.SafeLoader):  # pylint: disable=too-many-ancestors
-        def construct_mapping(self, node, deep=False):
-            seen = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    first = seen.setdefault(key, key_node.start_mark.line + 1)
-                except TypeError:  # an unhashable key: SafeLoader's own error names it
-                    continue
-                if first != key_node.start_mark.line + 1:
-                    raise _DuplicateKey(key, key_node.start_mark.line + 1, first)
-            return super().construct_mapping(node, deep=deep)
-
-    return StrictLoader
-
-
 def read_yaml(path) -> dict:
     """The raw mapping of a YAML file, or a UsageError naming the file and the problem."""
     import yaml  # Imported here so `--help` stays instant.
@@ -114,8 +85,8 @@ def read_yaml(path) -> dict:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise UsageError(ERR_UNREADABLE.format(file=file, reason=reason)) from None
     try:
-        data = yaml.load(text, Loader=_strict_loader())  # nosec B506: a SafeLoader
-    except _DuplicateKey as exc:
+        data = strict_load(text)
+    except DuplicateKey as exc:
         raise UsageError(ERR_DUPLICATE_KEY.format(file=file, line=exc.line, key=exc.key, first=exc.first)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

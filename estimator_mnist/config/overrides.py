@@ -13,11 +13,14 @@ from typing import Iterable, Tuple
 
 from estimator_mnist.errors import UsageError
 from estimator_mnist.config.keys import all_keys, find_key
+from estimator_mnist.config.strict_yaml import DuplicateKey, strict_load
 from estimator_mnist.config.values import coerce
 
 ERR_SET_FORMAT = "--set {text!r} is not KEY=VALUE; write it like --set model.learning_rate=0.001"
 ERR_SET_KEY = "--set {key}: unknown key; valid keys (see 'estimator-mnist keys') are: {valid}"
 ERR_SET_VALUE = "--set {key}={value}: the value is not valid YAML ({reason}); quote strings that contain ':' or '#'"
+ERR_SET_DUPLICATE = ("--set {key}={value}: key {duplicate!r} is given twice in the value; YAML would silently keep "
+                     "only the last, so remove one")
 ERR_SET_UNDER = "--set {key}: {parent} is {got!r} in the file, not a mapping; set {parent} itself instead"
 
 
@@ -30,7 +33,9 @@ def parse_override(text: str) -> Tuple[str, object]:
     if not sep or not key:
         raise UsageError(ERR_SET_FORMAT.format(text=text))
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = strict_load(raw) if raw.strip() else None
+    except DuplicateKey as exc:
+        raise UsageError(ERR_SET_DUPLICATE.format(key=key, value=raw, duplicate=exc.key)) from None
     except yaml.YAMLError as exc:
         raise UsageError(ERR_SET_VALUE.format(key=key, value=raw, reason=str(getattr(exc, "problem", exc)))) from None
     row = find_key(key)

@@ -7,8 +7,8 @@ import pytest
 from estimator_mnist import cli
 from estimator_mnist.config import TaskId, apply_overrides, configuration_markdown, describe_keys, load_config
 from estimator_mnist.config.keys import all_keys
-from estimator_mnist.config.overrides import (ERR_SET_FORMAT, ERR_SET_KEY, ERR_SET_UNDER, ERR_SET_VALUE,
-                                              parse_override)
+from estimator_mnist.config.overrides import (ERR_SET_DUPLICATE, ERR_SET_FORMAT, ERR_SET_KEY, ERR_SET_UNDER,
+                                              ERR_SET_VALUE, parse_override)
 from estimator_mnist.errors import UsageError
 from tests.helpers import REPO
 
@@ -89,6 +89,15 @@ def test_unknown_key_lists_the_valid_ones():
 def test_value_that_is_not_yaml():
     with pytest.raises(UsageError, match=pattern(ERR_SET_VALUE, key="tasks.all.gpus", value="[0, 1")):
         parse_override("tasks.all.gpus=[0, 1")
+
+
+def test_a_key_given_twice_in_a_value_is_refused():
+    """yaml.safe_load keeps the last of two equal keys: tasks.all's gpus would have been dropped silently."""
+    value = "{all: {gpus: [0]}, all: {pin_cores: false}}"
+    with pytest.raises(UsageError, match=pattern(ERR_SET_DUPLICATE, key="tasks", value=value, duplicate="all")):
+        parse_override(f"tasks={value}")
+    with pytest.raises(UsageError, match=pattern(ERR_SET_DUPLICATE, key="strategy", duplicate="name")):
+        parse_override("strategy={name: mirrored, name: one_device}")
 
 
 def test_bad_value_is_named_after_the_flag():
