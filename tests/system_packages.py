@@ -8,6 +8,7 @@ root, no apt-get) such a test is skipped, and the skip names the packages.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -33,7 +34,16 @@ def _apt_install(packages: List[str]) -> subprocess.CompletedProcess:
 
 
 def install_debian_packages(packages: Iterable[str]) -> str:
-    """Installs what is missing of `packages`; returns '' on success, else why it could not."""
+    """Installs what is missing of `packages`; returns '' on success, else why it could not.
+
+    One install at a time on the machine: the e2e tier's two workers may both need packages at once, and a
+    second apt-get would fail on dpkg's lock instead of waiting for it."""
+    with open(__file__, "rb") as lock:  # this file is the lock: nothing to create, nothing left behind
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _install_missing(packages)
+
+
+def _install_missing(packages: Iterable[str]) -> str:
     missing = missing_packages(packages) if shutil.which("dpkg-query") else list(packages)
     if not missing:
         return ""

@@ -129,8 +129,10 @@ def test_scancel_term_reruns_the_step_and_a_signalled_batch_shell_requeues_the_j
     assert "requeueing the job" in output and "requeued 1 times" in output, output[-20000:]
     assert first_stop < second_stop < 80, (first_stop, second_stop)
     for stop in (first_stop, second_stop):  # each stop saved its step, and the next run restored it
-        # Said by the trainer that ended first (the others may be signalled again by srun once it exits).
-        assert f"preempted: stopped at step {stop}," in output, output[-20000:]
+        # The stop step, as every trainer chose it. Whether one then says "preempted: stopped at step N" or "a
+        # second SIGTERM" depends on how soon srun signals the step again (a CI run saw both trainers get the
+        # second one first); either way the step is saved, as the restore below shows.
+        assert f"a trainer was preempted: stopping after step {stop}" in output, output[-20000:]
         assert f"Restoring parameters from {model_dir}/model.ckpt-{stop}" in output, output[-20000:]
     evaluations = read_eval_results(model_dir)
     assert evaluations and evaluations[-1]["global_step"] >= 80 and evaluations[-1]["final"], output[-20000:]
