@@ -30,7 +30,7 @@ fi
 # The unit and process tiers run up to 4 tests at once (pytest-xdist): their tests share no port, process or
 # file, and the process tier's mostly wait on stand-in tasks, so 2 cores halve its time (2026-11-26, Zen 4:
 # 264 s -> 135 s; unit 113 s -> 91 s). The e2e tier runs two at once, a module (the Slurm modules together)
-# on one worker (tests/e2e/conftest.py): one at a time it kept the 2 cores 40% idle while tests waited on
+# on one worker (tests/e2e/conftest.py): one at a time it kept the 2 cores 45% idle while tests waited on
 # Slurm, a stall or a lost peer.
 workers=$(nproc 2>/dev/null || echo 1)
 [ "$workers" -gt 4 ] && workers=4
