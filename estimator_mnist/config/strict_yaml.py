@@ -2,8 +2,8 @@
 
 PyYAML keeps the last of two equal keys, so a second `model_dir:` further down a long file, or a repeated key in
 `--set 'tasks={all: {...}, all: {...}}'`, would silently win over the one a user reads first. Keys that a merge
-(`<<: *defaults`) brings in may still be overridden, as YAML intends. Every reader of users' YAML (the cluster
-file, `--set`, a sweep's `--param`) goes through `strict_load`.
+(`<<: *defaults`) brings in may still be overridden, as YAML intends. The cluster file and `--set` are read
+with `strict_load`; a sweep's `--param` values are scalars (sweep/space.py), where no key can repeat.
 """
 
 from __future__ import annotations
