@@ -6,7 +6,7 @@
 #
 #   ./run_tests.sh                    # every tier, in that order
 #   ./run_tests.sh -k restart         # every tier, with these pytest options
-#   ./run_tests.sh tests/unit         # arguments that start with a path go to pytest as they are
+#   ./run_tests.sh tests/unit         # arguments that start with a path go to pytest (a tier with its workers)
 # Sets up .venv with the dev extra on first use.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -23,10 +23,6 @@ run_pytest() {
   return "$status"
 }
 
-if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
-  run_pytest "$@"
-  exit $?
-fi
 # The unit and process tiers run up to 4 tests at once (pytest-xdist): their tests share no port, process or
 # file, and the process tier's mostly wait on stand-in tasks, so 2 cores halve its time (2026-11-26, Zen 4:
 # 264 s -> 135 s; unit 113 s -> 91 s). The e2e tier runs two at once, a module (the Slurm modules together)
@@ -41,6 +37,13 @@ tier_options() {
   esac
   return 0
 }
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
+  # A tier named first (`./run_tests.sh tests/e2e -k slurm`) runs with its workers, as in the full suite (a
+  # later `-n 0` wins); a file or a test runs one test at a time.
+  # shellcheck disable=SC2046  # the options are words
+  run_pytest "$1" $(tier_options "${1%/}") "${@:2}"
+  exit $?
+fi
 for tier in tests/unit tests/process tests/e2e; do
   echo "=== $tier" >&2
   started=$SECONDS
