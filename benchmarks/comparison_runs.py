@@ -31,9 +31,9 @@ TORCH_PYTHON = Path(os.environ.get("ESTIMATOR_MNIST_TORCH_VENV", REPO / ".venv-t
 
 
 def run_trainer(workdir: Path, data_dir: str, workers: int, steps: int, batch: int, precision: str,
-                threads: Sequence, learning_rate: float, warmup: int, timeout: float) -> Run:
+                threads: Sequence, learning_rate: float, warmup: int, timeout: float, extra: Sequence[str] = ()) -> Run:
     """chief + workers - 1 + evaluator under multi_worker_mirrored, on the reference's work (no dropout,
-    one-hot targets)."""
+    one-hot targets); `extra` --set texts come last (step_timeline.py's training.trace_step)."""
     overrides = ["strategy.name=multi_worker_mirrored", f"model.precision={precision}", "model.lr_schedule=constant",
                  f"model.learning_rate={learning_rate}", "model.dropout=0.0",
                  # The references score their weights themselves, not a moving average of them.
@@ -46,7 +46,7 @@ def run_trainer(workdir: Path, data_dir: str, workers: int, steps: int, batch: i
                  # Score the final checkpoint at once: the time to exit includes that evaluation.
                  "evaluation.start_delay_secs=0", "evaluation.throttle_secs=0",
                  # A failure must show, not be hidden by a restart that doubles the times.
-                 "restart.policy=never"]
+                 "restart.policy=never", *extra]
     run = run_launch(workdir, f"trainer_{workers}w_", DEFAULT_CONFIG, overrides,
                      Shape(chief=1, workers=workers - 1, evaluator=True), data_dir, timeout).check("the trainer")
     return summarise("trainer", workers, batch, precision, run.launched, run.exited, run.run_dir,

@@ -83,6 +83,10 @@ def check_checkpoints(file, training, cluster: ClusterConfig) -> None:
         raise UsageError(ERR_RANGE.format(file=file, key="training.save_checkpoints_steps",
                                           bound=f"at most training.max_steps ({training.max_steps})",
                                           got=training.save_checkpoints_steps))
+    if training.trace_step > training.max_steps:
+        raise UsageError(ERR_RANGE.format(file=file, key="training.trace_step",
+                                          bound=f"at most training.max_steps ({training.max_steps}), or 0 (off)",
+                                          got=training.trace_step))
     if cluster.evaluator is not None and training.keep_checkpoint_max < 2:
         # Each save deletes the oldest checkpoint beyond the limit: with 1 kept,
         # that is the very checkpoint the evaluator may be reading.

@@ -31,6 +31,7 @@ from estimator_mnist.tf_task.preemption import Preemption, PreemptionHook
 from estimator_mnist.progress import ProgressWriter, fresh_rates, progress_path
 from estimator_mnist.tf_task.roles import DoneSignalHook, finish_training, run_evaluator, run_ps, run_trainer
 from estimator_mnist.tf_task.step_watchdog import StepWatchdogHook
+from estimator_mnist.tf_task.step_trace import StepTraceHook, trace_path
 from estimator_mnist.tf_task.strategy import build_train_strategy, configure_devices, gpu_capabilities, session_config
 from estimator_mnist.plan.task_plan import TaskPlan, describe
 from estimator_mnist.plan.task_spec import TaskSpec
@@ -173,6 +174,9 @@ def training_hooks(config: Config, plan: TaskPlan, strategy=None, ready_fd=None,
                                            lambda: fresh_rates(config.run_dir) if config.run_dir else {}))
     if config.session.log_device_placement:
         hooks.append(VariablePlacementHook())
+    if config.training.trace_step:
+        hooks.append(StepTraceHook(config.training.trace_step,
+                                   trace_path(config.run_dir or config.model_dir, plan.task, config.training.trace_step)))
     if config.strategy.name in PS_STRATEGIES and not plan.is_chief:
         hooks.append(DoneSignalHook(config, plan))  # the chief: report_final_checkpoint, after its final save
     if ready_fd is not None:

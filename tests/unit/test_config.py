@@ -41,6 +41,7 @@ EXPECTED = {
     "bad_choice_network.yaml": r"model\.network must be one of classic_cnn, tutorial_cnn, got 'resnet'",
     "learning_rate_negative.yaml": r"model\.learning_rate must be a positive number, got -0\.1",
     "checkpoint_after_end.yaml": r"training\.save_checkpoints_steps must be at most training\.max_steps \(100\), got 500",
+    "trace_after_end.yaml": r"training\.trace_step must be at most training\.max_steps \(100\), or 0 \(off\), got 101",
     "empty_worker_list.yaml": r"cluster\.worker is an empty list",
     "bad_threads.yaml": r"tasks\.all\.intra_op_threads must be 'auto' or a whole number",
     "wrong_strategy_key.yaml": r"strategy\.replicas_to_aggregate applies to strategy parameter_server_sync only, not 'multi_worker_mirrored'; remove it",
