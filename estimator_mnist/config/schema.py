@@ -156,8 +156,8 @@ class TrainingConfig:
     ps_idle_timeout_secs: int = _opt(300, check=v.positive, kind=int,
                                      doc="a ps task that no trainer has reached for this long exits 200 (retryable)")
     trace_step: int = _opt(0, check=v.non_negative, kind=int,
-                           doc="0: off; N: each trainer writes its local step N, every op with its thread and "
-                               "times, to <run_dir>/traces/<task>-step-N.json (Chrome's trace format; "
+                           doc="0: off; N: each trainer writes its local step N, every op with its start and "
+                               "duration, to <run_dir>/traces/<task>-step-N.json (Chrome's trace format; "
                                "benchmarks/step_timeline.py summarises it)")
 
 

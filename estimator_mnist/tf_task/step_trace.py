@@ -1,4 +1,4 @@
-"""`training.trace_step`: one local step of a trainer, every op with its thread and times, as a Chrome trace.
+"""`training.trace_step`: one local step of a trainer, every op with its start and duration, as a Chrome trace.
 
 Where a step's time goes is not in any kernel table: oneDNN's verbose lines
 (benchmarks/onednn_kernels.py) give the kernels, not the waits between them.
@@ -10,8 +10,8 @@ pays the tracing (a few milliseconds); N counts this trainer's own steps, so
 every trainer traces the same synchronous step.
 
 The events are TensorFlow's step stats as they are: TensorFlow's own
-converter (`tensorflow.python.client.timeline`) spreads a thread's ops over
-invented lanes and drops each op's label, which for a transfer of the
+converter (`tensorflow.python.client.timeline`) spreads the ops over invented
+lanes and drops each op's label, which for a transfer of the
 all-reduce (RecvBuf) is the only place its size is given ("[3.1MB] ...").
 """
 
@@ -38,8 +38,8 @@ _OP_TYPE = re.compile(r"= ([\w>]+)\(")
 
 
 def chrome_trace(step_stats) -> dict:
-    """Chrome trace events of a StepStats: one process per device, TensorFlow's thread ids, and each op's type
-    (as its name), node name and label (as arguments)."""
+    """Chrome trace events of a StepStats: one process per device, the thread id TensorFlow records (0 for every
+    op of a cluster's graph in TF 2.15), and each op's type (as its name), node name and label (as arguments)."""
     events = []
     for pid, device in enumerate(step_stats.dev_stats):
         events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": device.device}})
