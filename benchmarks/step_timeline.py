@@ -34,9 +34,10 @@ import re
 import statistics
 import tempfile
 from pathlib import Path
-from typing import Dict, Iterable, List, Tuple
+from typing import Dict, Iterable, Tuple
 
-from estimator_mnist.config import load_config
+from estimator_mnist.config import TaskId, load_config
+from estimator_mnist.tf_task.step_trace import trace_path
 
 from common import DEFAULT_CONFIG, benchmark_parser, write_json
 from comparison_runs import run_trainer
@@ -60,6 +61,14 @@ def transfer_bytes(label: str) -> float:
     return float(match.group(1)) * (1 if match.group(2) == "B" else 1 << 20)
 
 
+def _interval(event: dict) -> Tuple[float, float]:
+    return event["ts"], event["ts"] + event["dur"]
+
+
+def _arg(event: dict, key: str) -> str:
+    return event.get("args", {}).get(key, "")
+
+
 def _intervals_union(intervals: Iterable[Tuple[float, float]]) -> float:
     total, end = 0.0, None
     for start, stop in sorted(intervals):
@@ -78,25 +87,20 @@ def summarise_trace(trace: dict) -> Dict[str, float]:
     if not ops:
         raise SystemExit("the trace holds no op: was the traced step run?")
     start = min(e["ts"] for e in ops)
-    end = max(e["ts"] + e["dur"] for e in ops)
-    node = lambda e: e.get("args", {}).get("name", "")  # noqa: E731
-
-    def is_async(e) -> bool:
-        return e["name"].startswith(ASYNC_OP_PREFIXES) or node(e) == TRANSFER
-
-    compute = [e for e in ops if not is_async(e)]
-    updates = [e for e in compute if any(m in e["name"] or m in node(e) for m in UPDATE_MARKERS)]
-    backward = [e for e in compute if node(e).startswith("gradients/")]
-    transfers = [e for e in ops if node(e) == TRANSFER
-                 and transfer_bytes(e.get("args", {}).get("label", "")) >= GRADIENT_TRANSFER_MIN_BYTES]
+    end = max(_interval(e)[1] for e in ops)
+    compute = [e for e in ops if not (e["name"].startswith(ASYNC_OP_PREFIXES) or _arg(e, "name") == TRANSFER)]
+    updates = [e for e in compute if any(m in e["name"] or m in _arg(e, "name") for m in UPDATE_MARKERS)]
+    backward = [e for e in compute if _arg(e, "name").startswith("gradients/")]
+    transfers = [e for e in ops if _arg(e, "name") == TRANSFER
+                 and transfer_bytes(_arg(e, "label")) >= GRADIENT_TRANSFER_MIN_BYTES]
     ms = lambda t: (t - start) / 1000.0  # noqa: E731
-    busy = _intervals_union((e["ts"], e["ts"] + e["dur"]) for e in compute) / 1000.0
+    busy = _intervals_union(map(_interval, compute)) / 1000.0
     return {
         "step_ms": ms(end), "compute_ms": busy, "wait_ms": ms(end) - busy,
-        "update_ms": _intervals_union((e["ts"], e["ts"] + e["dur"]) for e in updates) / 1000.0,
-        "backward_end_ms": ms(max(e["ts"] + e["dur"] for e in backward)) if backward else None,
+        "update_ms": _intervals_union(map(_interval, updates)) / 1000.0,
+        "backward_end_ms": ms(max(_interval(e)[1] for e in backward)) if backward else None,
         "first_transfer_ms": ms(min(e["ts"] for e in transfers)) if transfers else None,
-        "transfers_end_ms": ms(max(e["ts"] + e["dur"] for e in transfers)) if transfers else None,
+        "transfers_end_ms": ms(max(_interval(e)[1] for e in transfers)) if transfers else None,
     }
 
 
@@ -127,10 +131,13 @@ def main(argv=None) -> int:
         run_trainer(work, data_dir, 2, steps=args.steps, batch=64, precision="float32",
                     threads=(args.threads, args.inter_op), learning_rate=0.001, warmup=max(1, args.steps // 4),
                     timeout=args.timeout, extra=[f"training.trace_step={args.trace_step}"])
-        traces = sorted(work.glob(f"trainer_2w_*/traces/*-step-{args.trace_step}.json"))
-        if len(traces) != 2:
-            raise SystemExit(f"expected one trace per trainer (2), found {len(traces)} under {work}")
-        per_task = {path.name.split("-step-")[0]: summarise_trace(json.loads(path.read_text())) for path in traces}
+        (run_dir,) = work.glob("trainer_2w_*")
+        paths = {task: Path(trace_path(str(run_dir), task, args.trace_step))
+                 for task in (TaskId("chief", 0), TaskId("worker", 0))}  # run_trainer's two trainers
+        missing = [str(path) for path in paths.values() if not path.is_file()]
+        if missing:
+            raise SystemExit(f"no trace where each trainer writes it: {', '.join(missing)}")
+        per_task = {str(task): summarise_trace(json.loads(path.read_text())) for task, path in paths.items()}
     for task, figures in per_task.items():
         print(_line(task, figures))
     keys = list(next(iter(per_task.values())))
