@@ -17,14 +17,14 @@ import os
 import time
 from typing import Optional
 
-from estimator_mnist.files import write_text_atomic
+from estimator_mnist.storage import write_atomic
 
 MARK_FILE = "preempted.json"
 
 
 def write_mark(model_dir: str, step: int, task: str, clock=time.time) -> str:
     path = os.path.join(model_dir, MARK_FILE)
-    write_text_atomic(path, json.dumps({"step": step, "task": task, "time": clock()}))
+    write_atomic(path, json.dumps({"step": step, "task": task, "time": clock()}))
     return path
 
 

@@ -1,6 +1,7 @@
 """Progress records: what each trainer writes while it trains, and what the launcher and benchmarks read.
 
-One JSON file per task, `<run_dir>/progress/<task>.json`, rewritten
+One JSON file per task, `<records_dir>/progress/<task>.json` (run_dir, or model_dir when that is a bucket:
+Config.records_dir), rewritten
 atomically after the first step, then at least every WRITE_EVERY_SECS of
 training, and at the end:
 
@@ -21,10 +22,9 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Dict, Optional
 
-from estimator_mnist.files import read_json, write_json_atomic
+from estimator_mnist import storage
 
 PROGRESS_DIR = "progress"
 WRITE_EVERY_SECS = 2.0
@@ -32,16 +32,16 @@ STEP_TIMES_EVERY = 10
 FRESH_SECS = 10.0  # a record's rate says how fast its task runs while it is this recent
 
 
-def progress_path(run_dir: str, task) -> Path:
-    """<run_dir>/progress/<type>-<index>.json of a TaskId."""
-    return Path(run_dir, PROGRESS_DIR, f"{task.type}-{task.index}.json")
+def progress_path(records_dir: str, task) -> str:
+    """<records_dir>/progress/<type>-<index>.json of a TaskId."""
+    return storage.join(str(records_dir), PROGRESS_DIR, f"{task.type}-{task.index}.json")
 
 
 class ProgressWriter:
     """Collects one task's steps and writes its record when due."""
 
     def __init__(self, path, task: str, examples_per_step: int, clock=time.time):
-        self._path = Path(path) if path else None
+        self._path = str(path) if path else None
         self._task = task
         self._examples_per_step = examples_per_step
         self._clock = clock
@@ -84,7 +84,7 @@ class ProgressWriter:
         if self._path is not None:
             times = record["step_times"]
             newest = times + ([[local, now]] if local and (not times or times[-1][0] != local) else [])
-            write_json_atomic(self._path, {**record, "step_times": newest})
+            storage.write_json(self._path, {**record, "step_times": newest})
         self._written_at = (local, now if now is not None else self._clock())
 
     def finish(self, global_step: Optional[int]) -> None:
@@ -93,11 +93,20 @@ class ProgressWriter:
         self.write(done=True)
 
 
-def read_progress(run_dir: str) -> Dict[str, dict]:
-    """Every task's latest record, keyed by task name ('worker:0'); a record being replaced is skipped."""
+def read_progress(records_dir: str) -> Dict[str, dict]:
+    """Every task's latest record, keyed by task name ('worker:0'). A record that cannot be read now (removed
+    between the listing and the read, a storage that failed this once) is skipped: the next look finds it."""
     records = {}
-    for path in sorted(Path(run_dir, PROGRESS_DIR).glob("*.json")):
-        record = read_json(path)
+    folder = storage.join(str(records_dir), PROGRESS_DIR)
+    try:
+        names = [name for name in storage.listdir(folder) if name.endswith(".json") and not name.startswith(".")]
+    except OSError:
+        return records
+    for name in names:
+        try:
+            record = storage.read_json(storage.join(folder, name))
+        except OSError:
+            continue
         if record and "task" in record:
             records[record["task"]] = record
     return records
@@ -111,8 +120,8 @@ def fresh_rate(record: dict, now: float) -> Optional[float]:
     return None
 
 
-def fresh_rates(run_dir: str, now: Optional[float] = None) -> Dict[str, float]:
+def fresh_rates(records_dir: str, now: Optional[float] = None) -> Dict[str, float]:
     """Each trainer's current examples/s, from its recent record."""
     now = time.time() if now is None else now
-    rates = {name: fresh_rate(record, now) for name, record in read_progress(run_dir).items()}
+    rates = {name: fresh_rate(record, now) for name, record in read_progress(records_dir).items()}
     return {name: rate for name, rate in rates.items() if rate}

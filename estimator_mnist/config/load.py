@@ -7,11 +7,11 @@ second and before any process starts.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Iterable, Optional
 
 from estimator_mnist.errors import UsageError
+from estimator_mnist.storage.urls import check_url
 from estimator_mnist.config.cluster import parse_cluster
 from estimator_mnist.config.overrides import apply_overrides
 from estimator_mnist.config.rules import check_checkpoints, check_devices, check_strategy_roles, parse_strategy, parse_tasks
@@ -24,19 +24,17 @@ ERR_PATH = "{file}: {key} {path!r} cannot be used as a path ({reason}); choose a
 ERR_NOT_YAML = "{file}: not valid YAML ({reason}); fix the syntax at the place named"
 ERR_DUPLICATE_KEY = ("{file}: line {line}: key {key!r} is given twice in one mapping (first at line {first}); "
                      "YAML would silently keep only the last, so remove one")
-ERR_URL = ("{file}: {key} {path!r} is a URL ({scheme}://), which this product does not read or write: it would "
-           "become a local folder on each host; give a path on a shared POSIX file system (NFS, Lustre, a "
-           "ReadWriteMany volume), the storage that works today")
-# scheme://... as TensorFlow's file systems name them (gs://, s3://, hdfs://, file://): RFC 3986's scheme syntax.
-_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://")
+# run_dir holds each machine's own logs and the launcher's files; data_dir the decoded MNIST that tasks read
+# through the local file system (docs/storage.md): neither may be a bucket.
+LOCAL_ONLY = {"run_dir": "each machine's own logs and launch's records (what other machines read goes to "
+                         "model_dir)",
+              "data_dir": "read by every task through the local file system (prepare-data fills it on each "
+                          "machine, or in the image)"}
 
 
 def refuse_url(value: str, file: str, key: str) -> None:
-    """One line (UsageError) for a path given as a URL: the launcher, the task parents, Slurm's reruns, sweeps
-    and serve read model_dir without TensorFlow, through the local file system only."""
-    match = _URL.match(value)
-    if match:
-        raise UsageError(ERR_URL.format(file=file, key=key, path=value, scheme=match["scheme"]))
+    """One line (UsageError) for a URL where only a local path works (run_dir, data_dir)."""
+    check_url(value, file, key, bucket_ok=False, local_why=LOCAL_ONLY.get(key, "read through the local file system"))
 
 
 def _resolve_path(value, file, key, default) -> str:
@@ -44,7 +42,12 @@ def _resolve_path(value, file, key, default) -> str:
         value = default
     if not isinstance(value, str) or not value or "\x00" in value:  # no file name holds a NUL
         raise UsageError(ERR_TYPE.format(file=file, key=key, expected="a path", got=value))
-    refuse_url(value, file, key)
+    if key == "model_dir":
+        bucket_url = check_url(value, file, key)
+        if bucket_url:
+            return bucket_url  # TensorFlow's gs:// file system and the storage layer's (docs/storage.md)
+    else:
+        refuse_url(value, file, key)
     # Relative paths are taken from the directory the command runs in, so that
     # the launcher and the tasks it starts (same cwd) agree on them.
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional, Tuple
 
 from estimator_mnist.config import values as v
+from estimator_mnist.storage.urls import is_bucket
 from estimator_mnist.config.identity import Address, ClusterConfig, TaskId  # noqa: F401  (re-exported: the config's public names)
 
 TRAINING_ROLES = ("chief", "worker", "ps")
@@ -236,6 +237,13 @@ class Config:
     run_dir: str = ""
     model_dir: str = ""
     data_dir: str = ""
+
+    @property
+    def records_dir(self) -> str:
+        """Where the records that other tasks read while the job runs live (each trainer's progress, which the
+        launcher, the evaluator's start gate and Slurm's steps read): run_dir, unless model_dir is a bucket,
+        whose machines share nothing else (docs/storage.md); then model_dir."""
+        return self.model_dir if is_bucket(self.model_dir) else self.run_dir
 
     def task_settings(self, task: TaskId) -> TaskSettings:
         """Defaults, then `tasks.all`, then `tasks.ROLE`, then `tasks.ROLE:INDEX`."""

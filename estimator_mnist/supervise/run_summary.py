@@ -15,7 +15,7 @@ from typing import Dict, List, Optional
 
 from estimator_mnist import checkpoints
 from estimator_mnist.errors import UsageError
-from estimator_mnist.files import read_json
+from estimator_mnist.storage import read_json
 from estimator_mnist.progress import PROGRESS_DIR, read_progress
 from estimator_mnist.startup_noise import before_import
 

@@ -20,7 +20,7 @@ from typing import Dict
 
 from estimator_mnist import checkpoints
 from estimator_mnist.config import load_config
-from estimator_mnist.files import write_json_atomic
+from estimator_mnist.storage import write_json
 from estimator_mnist.errors import PermanentFailure
 from estimator_mnist.supervise.launch.monitor import Monitor
 from estimator_mnist.supervise.launch.report import SUMMARY_FILE, Console
@@ -36,10 +36,10 @@ class StepMonitor(Monitor):
     def __init__(self, config, now: float):
         super().__init__(config, now)
         self._since = now
-        self._run_dir = config.run_dir
+        self._records_dir = config.records_dir
 
     def _current_records(self) -> Dict[str, dict]:
-        return {name: r for name, r in read_progress(self._run_dir).items() if (r.get("time") or 0) >= self._since}
+        return {name: r for name, r in read_progress(self._records_dir).items() if (r.get("time") or 0) >= self._since}
 
 
 def _alive(pid: int) -> bool:
@@ -63,7 +63,7 @@ def write_summary(config, cluster_file: str, environ=None) -> None:
         reruns = []  # both copies unreadable: the reruns' own line says so, and how to reset
     final = checkpoints.final_of(checkpoints.read_eval_results(config.model_dir), config.training.max_steps)
     step = checkpoints.latest_step(config.model_dir)
-    write_json_atomic(Path(config.run_dir, SUMMARY_FILE), {
+    write_json(Path(config.run_dir, SUMMARY_FILE), {
         "status": "finished" if final else f"stopped at step {step}", "cluster_file": cluster_file,
         "strategy": config.strategy.name, "max_steps": config.training.max_steps, "global_step": step,
         "accuracy": final["accuracy"] if final else None, "export": final["export"] if final else None,

@@ -62,16 +62,16 @@ STOP_GRACE_SECS = timeouts.INTERRUPT_GRACE_SECS  # after Ctrl-C
 REPEAT_SECS = 2.0  # a SIGTERM this soon after the first is the same request
 GATE_POLL_SECS = 0.2
 # The gate opens after this at the latest: trainers whose records and checkpoints this task cannot see
-# (another --run-dir, a model_dir on GCS) must not keep their evaluator from ever starting.
+# (another --run-dir) must not keep their evaluator from ever starting.
 GATE_MAX_SECS = timeouts.EVALUATOR_START_GATE_SECS
 
 
-def trainers_under_way(run_dir: str, model_dir: str, since: float, now: Optional[float] = None) -> bool:
+def trainers_under_way(records_dir: str, model_dir: str, since: float, now: Optional[float] = None) -> bool:
     """A checkpoint exists, or a trainer's progress record shows a step taken since `since` or a recent one."""
     if checkpoints.latest_checkpoint(model_dir):
         return True
     now = time.time() if now is None else now
-    for name, record in (read_progress(run_dir) if run_dir else {}).items():
+    for name, record in (read_progress(records_dir) if records_dir else {}).items():
         if name.split(":")[0] not in ("chief", "worker"):
             continue
         if (record.get("first_step_time") or 0) >= since:
@@ -86,9 +86,10 @@ def child_command(ready_fd: int) -> List[str]:
     return [sys.executable, "-m", TF_PROCESS_MODULE, "--ready-fd", str(ready_fd)]
 
 
-def evaluator_gate(run_dir: str, model_dir: str, started: float, clock=time.time) -> Callable[[], bool]:
+def evaluator_gate(records_dir: str, model_dir: str, started: float, clock=time.time) -> Callable[[], bool]:
     """What an evaluator's parent waits on: the trainers under way, or GATE_MAX_SECS since `started`."""
-    return lambda: clock() - started >= GATE_MAX_SECS or trainers_under_way(run_dir, model_dir, started, now=clock())
+    return lambda: (clock() - started >= GATE_MAX_SECS
+                    or trainers_under_way(records_dir, model_dir, started, now=clock()))
 
 
 def _end_child(child: subprocess.Popen, reason: str) -> None:
@@ -255,7 +256,7 @@ def stopped_child_limit(spec: TaskSpec) -> Optional[float]:
 def run_task_process(spec: TaskSpec) -> int:
     """Runs the task of `spec` in its TensorFlow process, handed the spec on a pipe; returns the task's exit code."""
     config, plan = spec.config, spec.plan
-    gate = evaluator_gate(config.run_dir, config.model_dir, started=time.time()) if plan.starts_after_trainers else None
+    gate = evaluator_gate(config.records_dir, config.model_dir, started=time.time()) if plan.starts_after_trainers else None
     ready_read, ready_write = os.pipe()
     parent = TaskParent(plan, config.training.session_creation_timeout_secs, config.training.preemption_grace_secs,
                         gate, stopped_child_limit(spec),

@@ -33,7 +33,7 @@ from typing import List, Mapping, Optional
 from estimator_mnist import checkpoints
 from estimator_mnist.config import timeouts
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, UsageError
-from estimator_mnist.files import read_json
+from estimator_mnist.storage import read_json
 from estimator_mnist.mnist_data.prepare import is_prepared
 from estimator_mnist.progress import read_progress
 from estimator_mnist.supervise.slurm_trial_step import TrialStep, gpus_from_slurm, own_cpus

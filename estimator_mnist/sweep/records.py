@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from estimator_mnist.errors import UsageError
-from estimator_mnist.files import read_json, write_json_atomic
+from estimator_mnist.storage import read_json, write_json
 from estimator_mnist.sweep.space import as_overrides
 from estimator_mnist.sweep.stopping import NAMES
 
@@ -61,7 +61,7 @@ def load_or_start(sweep_dir: Path, ident: dict, trial_values: List[dict]) -> dic
 
 
 def save(sweep_dir: Path, record: dict) -> None:
-    write_json_atomic(sweep_dir / SWEEP_FILE, record, indent=1)
+    write_json(sweep_dir / SWEEP_FILE, record, indent=1)
 
 
 def read_sweep(sweep_dir) -> dict:

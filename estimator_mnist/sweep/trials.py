@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Sequence
 
 from estimator_mnist import checkpoints
 from estimator_mnist.config import TaskId, apply_overrides, config_from_dict
-from estimator_mnist.files import write_json_atomic, write_text_atomic
+from estimator_mnist.storage import write_json, write_atomic
 from estimator_mnist.plan.task_plan import plan_task
 from estimator_mnist.plan.task_spec import TaskSpec
 from estimator_mnist.progress import read_progress
@@ -113,7 +113,7 @@ def trial_spec(trial: Trial, gpus: Optional[List[int]] = None, cpu_set: Optional
 def write_spec(trial: Trial, spec: TaskSpec) -> Path:
     """<trial>/trial.spec.json, which `train --spec` runs (again at a resume: planned anew where it runs)."""
     trial.directory.mkdir(parents=True, exist_ok=True)
-    return write_text_atomic(trial.directory / SPEC_FILE, spec.to_json() + "\n")
+    return write_atomic(trial.directory / SPEC_FILE, spec.to_json() + "\n")
 
 
 def command(trial: Trial) -> List[str]:
@@ -170,4 +170,4 @@ def write_summary(trial: Trial, row: dict) -> Path:
                "cluster_file": str(trial.directory / TRIAL_FILE), "strategy": "one_device",
                "max_steps": trial.max_steps, "run_dir": str(trial.directory), "model_dir": str(trial.model_dir),
                "log": str(trial.log_path), **{k: row.get(k) for k in keys}}
-    return write_json_atomic(trial.directory / SUMMARY_FILE, summary, indent=2)
+    return write_json(trial.directory / SUMMARY_FILE, summary, indent=2)

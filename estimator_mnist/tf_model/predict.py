@@ -19,7 +19,7 @@ import numpy as np
 
 from estimator_mnist import checkpoints
 from estimator_mnist.errors import UsageError
-from estimator_mnist.files import read_json
+from estimator_mnist.storage import read_json
 from estimator_mnist.mnist_data.idx_files import parse_idx
 from estimator_mnist.startup_noise import before_import
 

@@ -21,8 +21,8 @@ mismatch, a truncated file, an unparsable index (DataLoss and its kin). A read t
 says nothing about the checkpoint, and moving an intact newest checkpoint aside would send training back,
 possibly to step 0: PermissionDenied is permanent (exit 1, one line naming the path); NotFound (an NFS
 client's stale view) and other transient errors are read again READ_ATTEMPTS times, then the task exits 200
-naming the path, and nothing is moved. The lock is model_dir_lock.py's (flock, or a lock file where the file
-system has no flock).
+naming the path, and nothing is moved. The lock is model_dir_lock.py's (the storage layer's: flock, or a
+lease where the file system has no flock and on a bucket).
 """
 
 from __future__ import annotations

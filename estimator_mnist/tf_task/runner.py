@@ -157,7 +157,7 @@ def _before_teardown_exit(config: Config, plan: TaskPlan, progress: ProgressHook
 
 def training_hooks(config: Config, plan: TaskPlan, strategy=None, ready_fd=None, preemption=None):
     examples = config.training.batch_size_per_replica * local_replicas(config, strategy)
-    writer = ProgressWriter(progress_path(config.run_dir, plan.task) if config.run_dir else None, str(plan.task),
+    writer = ProgressWriter(progress_path(config.records_dir, plan.task) if config.records_dir else None, str(plan.task),
                             examples)
     writer.note(precision=plan.precision)  # what model.precision resolved to here, for the summary and the benchmarks
     progress = ProgressHook(plan.task, writer, plan.settings.step_delay_ms / 1000.0)
@@ -171,7 +171,7 @@ def training_hooks(config: Config, plan: TaskPlan, strategy=None, ready_fd=None,
         hooks.append(ThroughputSummaryHook(config.model_dir, plan.task, examples,
                                            examples_per_global_step(config, plan, strategy),
                                            config.training.log_step_count_steps,
-                                           lambda: fresh_rates(config.run_dir) if config.run_dir else {}))
+                                           lambda: fresh_rates(config.records_dir) if config.records_dir else {}))
     if config.session.log_device_placement:
         hooks.append(VariablePlacementHook())
     if config.training.trace_step:

@@ -8,7 +8,9 @@ import pytest
 import tensorflow as tf
 
 from estimator_mnist.errors import PermanentFailure, RetryableFailure
-from estimator_mnist.tf_task import checkpoint_repair, model_dir_lock
+from estimator_mnist import storage
+from estimator_mnist.storage import lock
+from estimator_mnist.tf_task import checkpoint_repair
 from estimator_mnist.tf_task.checkpoint_repair import fall_back_to_intact, verify_checkpoint
 
 
@@ -216,16 +218,18 @@ def test_a_listed_checkpoint_whose_files_were_taken_away_is_dropped(model_dir):
 
 
 def test_a_file_system_without_flock_checks_with_one_warning(model_dir, monkeypatch):
-    """A Lustre client mounted without flock answers ENOSYS: the check goes on under a lock file."""
+    """A Lustre client mounted without flock answers ENOSYS: the check goes on under the storage layer's lease,
+    released at its end."""
     paths = _save_checkpoints(model_dir)
     _truncate(paths[-1] + ".index")
 
     def no_flock(handle, operation):
         raise OSError(errno.ENOSYS, "Function not implemented")
 
-    monkeypatch.setattr(model_dir_lock.fcntl, "flock", no_flock)
+    monkeypatch.setattr(lock.fcntl, "flock", no_flock)
     lines = []
     assert fall_back_to_intact(model_dir, lines.append) == paths[1]
     assert lines[0].startswith("warning: ") and "does not support flock(2) (Function not implemented)" in lines[0]
     assert len(lines) == 2 and "is damaged" in lines[1]
-    assert not os.path.exists(os.path.join(model_dir, checkpoint_repair.LOCK_FILE + ".held"))
+    data, version = storage.read_versioned(os.path.join(model_dir, checkpoint_repair.LOCK_FILE + lock.LEASE_SUFFIX))
+    assert version >= 2 and b'"holder": null' in data  # taken, then released

@@ -9,7 +9,7 @@ import pytest
 from estimator_mnist import cli
 from estimator_mnist.config import TaskId, load_config, schema as C
 from estimator_mnist.errors import UsageError
-from estimator_mnist.config.load import ERR_URL
+from estimator_mnist.storage.urls import ERR_BUCKET, ERR_SCHEME
 from tests.helpers import REPO
 
 BAD = Path(__file__).parent / "bad_configs"
@@ -73,7 +73,9 @@ EXPECTED = {
     "learning_rate_inf.yaml": r"model\.learning_rate must be a finite number, got inf",
     "max_steps_past_int64.yaml": r"training\.max_steps must be a whole number \(at most 2\*\*63 - 1 in size\), got 9223372036854775808",
     "run_dir_nul.yaml": r"run_dir must be a path, got 'runs/a\\x00b'",
-    "model_dir_url.yaml": r"model_dir 'gs://bucket/run' is a URL \(gs://\).*shared POSIX file system \(NFS, Lustre",
+    "model_dir_s3.yaml": r"model_dir 's3://bucket/run' is a s3:// URL, which this product does not read or write; "
+                         r"give gs://BUCKET/PATH",
+    "run_dir_bucket.yaml": r"run_dir 'gs://bucket/runs' is a gs:// URL, but run_dir is each machine's own logs",
     "threads_past_int64.yaml": r"tasks\.all\.intra_op_threads must be 'auto' or a whole number",
     "validation_split_too_large.yaml": r"data\.validation_examples must be between 0 and 50000 \(MNIST's training set "
                                        r"has 60,000 images\), got 60000",
@@ -189,20 +191,50 @@ def test_a_path_that_cannot_be_resolved_is_one_line(write_yaml, tmp_path):
         load_config(write_yaml(f"cluster: {{chief: ['localhost:2222']}}\nmodel_dir: {tmp_path}/loop/model\n"))
 
 
-@pytest.mark.parametrize("key, value", [("model_dir", "gs://bucket/run"), ("run_dir", "s3://bucket/runs"),
-                                        ("data_dir", "hdfs://namenode/data"), ("model_dir", "file:///tmp/model")])
-def test_a_url_path_is_refused_naming_the_key_and_what_works(write_yaml, key, value, tmp_path, monkeypatch):
-    """Path(...).resolve() made gs://bucket/run the local folder <cwd>/gs:/bucket/run on each host."""
+@pytest.mark.parametrize("key, value", [("run_dir", "s3://bucket/runs"), ("data_dir", "hdfs://namenode/data"),
+                                        ("model_dir", "file:///tmp/model"), ("model_dir", "s3://bucket/run")])
+def test_a_url_of_another_scheme_is_refused_naming_the_key_and_gs(write_yaml, key, value, tmp_path, monkeypatch):
+    """Path(...).resolve() made s3://bucket/run the local folder <cwd>/s3:/bucket/run on each host."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UsageError) as error:
         load_config(write_yaml(f"cluster: {{chief: ['localhost:2222']}}\n{key}: {value}\n"))
-    assert str(error.value).endswith(ERR_URL.format(file="", key=key, path=value, scheme=value.split(":")[0])[2:])
+    assert str(error.value).endswith(ERR_SCHEME.format(file="", key=key, path=value, scheme=value.split(":")[0])[2:])
     assert not list(tmp_path.glob("*:"))
 
 
-def test_a_url_given_as_a_flag_is_refused_too(write_yaml):
-    with pytest.raises(UsageError, match=r"model_dir 'gs://b/m' is a URL"):
-        load_config(write_yaml("cluster: {chief: ['localhost:2222']}\n"), model_dir="gs://b/m")
+@pytest.mark.parametrize("key", ["run_dir", "data_dir"])
+def test_a_bucket_is_refused_where_only_a_local_path_works(write_yaml, key, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=rf"{key} 'gs://bk1/x' is a gs:// URL, but {key} is .*; give a local path"):
+        load_config(write_yaml(f"cluster: {{chief: ['localhost:2222']}}\n{key}: gs://bk1/x\n"))
+    assert not list(tmp_path.glob("*:"))
+
+
+@pytest.mark.parametrize("value, kept", [("gs://my-bucket/runs/mnist", "gs://my-bucket/runs/mnist"),
+                                         ("gs://my-bucket/runs/mnist/", "gs://my-bucket/runs/mnist"),
+                                         ("gs://my-bucket", "gs://my-bucket")])
+def test_model_dir_may_be_a_bucket_and_stays_a_url(write_yaml, value, kept, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = load_config(write_yaml(f"cluster: {{chief: ['localhost:2222']}}\nmodel_dir: {value}\n"))
+    assert config.model_dir == kept
+    assert not list(tmp_path.glob("*:")) and not (tmp_path / "my-bucket").exists()
+
+
+@pytest.mark.parametrize("value, why", [("gs://", "no bucket"), ("gs:///x", "no bucket"),
+                                        ("gs://Bad_Bucket/x", "'Bad_Bucket' is no valid bucket name"),
+                                        ("gs://bk1/a/../x", "an empty, '.' or '..' part"),
+                                        ("gs://bk1/a//x", "an empty, '.' or '..' part")])
+def test_a_bucket_url_that_names_no_bucket_is_refused(write_yaml, value, why):
+    with pytest.raises(UsageError) as error:
+        load_config(write_yaml(f"cluster: {{chief: ['localhost:2222']}}\nmodel_dir: '{value}'\n"))
+    assert str(error.value).endswith(ERR_BUCKET.format(file="", key="model_dir", path=value, why=why)[2:])
+
+
+def test_a_url_given_as_a_flag_is_checked_too(write_yaml):
+    with pytest.raises(UsageError, match=r"model_dir 's3://b/m' is a s3:// URL"):
+        load_config(write_yaml("cluster: {chief: ['localhost:2222']}\n"), model_dir="s3://b/m")
+    config = load_config(write_yaml("cluster: {chief: ['localhost:2222']}\n"), model_dir="gs://bk1/m")
+    assert config.model_dir == "gs://bk1/m"
 
 
 def test_a_colon_inside_a_local_path_is_no_url(write_yaml, tmp_path):
@@ -211,14 +243,14 @@ def test_a_colon_inside_a_local_path_is_no_url(write_yaml, tmp_path):
 
 
 @pytest.mark.parametrize("command", ["validate", "train"])
-def test_a_url_model_dir_is_one_line_and_exit_2_and_makes_no_local_folder(command, tmp_path, monkeypatch, capsys):
+def test_an_s3_model_dir_is_one_line_and_exit_2_and_makes_no_local_folder(command, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    (tmp_path / "c.yaml").write_text("cluster: {chief: ['localhost:2222']}\nmodel_dir: gs://bucket/run\n")
+    (tmp_path / "c.yaml").write_text("cluster: {chief: ['localhost:2222']}\nmodel_dir: s3://bucket/run\n")
     assert cli.main([command, "--cluster", "c.yaml"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and "model_dir 'gs://bucket/run' is a URL (gs://)" in lines[0], lines
-    assert sorted(os.listdir(tmp_path)) == ["c.yaml"]  # no gs: folder, no runs/
+    assert len(lines) == 1 and "model_dir 's3://bucket/run' is a s3:// URL" in lines[0], lines
+    assert sorted(os.listdir(tmp_path)) == ["c.yaml"]  # no s3: folder, no runs/
 
 
 def test_a_merge_may_still_be_overridden_key_by_key(tmp_path):

@@ -33,7 +33,7 @@ def test_a_training_run_writes_its_progress_record_and_images_per_sec_for_tensor
     train_spec, _ = runner.train_and_eval_specs(config, make_dataset=lambda split: dataset_of(images, labels),
                                                 hooks=hooks)
     # Another trainer's record, as a worker of the same run writes it: the chief puts its rate in TensorBoard.
-    other = progress_path(config.run_dir, TaskId("worker", 0))
+    other = Path(progress_path(config.run_dir, TaskId("worker", 0)))
     other.parent.mkdir(parents=True)
     other.write_text(json.dumps({"task": "worker:0", "examples_per_sec": 123.0, "time": time.time() + 60}))
     estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)

@@ -1,6 +1,7 @@
 """Progress records (written by trainers) and the launcher's view of them (no log parsing)."""
 
 import json
+from pathlib import Path
 import os
 
 from estimator_mnist.config import TaskId, config_from_dict
@@ -18,7 +19,7 @@ class Clock:
 
 def test_writer_records_steps_rate_and_step_times(tmp_path):
     clock = Clock()
-    path = progress_path(str(tmp_path), TaskId("worker", 1))
+    path = Path(progress_path(str(tmp_path), TaskId("worker", 1)))
     writer = ProgressWriter(path, "worker:1", examples_per_step=64, clock=clock)
     writer.step(1, 2.3)
     assert json.loads(path.read_text())["local_step"] == 1  # written after the first step
@@ -54,7 +55,7 @@ def write_record(tmp_path, task, pid, step, when, rate=100.0, first=None):
     record = {"task": str(task), "pid": pid, "local_step": step, "global_step": step, "loss": 0.5,
               "examples_per_sec": rate, "time": when, "first_step_time": first or when, "done": False,
               "step_times": [[1, first or when]]}
-    path = progress_path(str(tmp_path), task)
+    path = Path(progress_path(str(tmp_path), task))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record))
 

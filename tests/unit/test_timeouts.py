@@ -12,6 +12,7 @@ from estimator_mnist.config.keys import all_keys
 from estimator_mnist.config.timeouts import (LAUNCH, NOT_BOUNDS, PARENT_ALONE, TIMEOUTS, bounds_named,
                                              describe_timeouts, timeouts_markdown)
 from estimator_mnist.plan.task_plan import plan_task
+from estimator_mnist.storage import bounds as storage_bounds
 from estimator_mnist.plan.task_spec import TaskSpec
 from estimator_mnist.supervise.task_parent import TaskParent, stopped_child_limit
 from tests.unit.test_layout import parsed
@@ -48,7 +49,8 @@ NOT_BOUNDS_IN_CODE = {
     ("tf_task/ps_done.py", "timeout"): "one connection attempt of that probe; ps_idle_timeout_secs is the bound",
     ("tf_task/teardown.py", "poll_secs"): "how often the teardown watchdog looks for the final checkpoint",
     ("tf_task/tf_workarounds.py", "READY_POLL_SECS"): "how often a chief's readiness is looked at",
-    ("tf_task/model_dir_lock.py", "POLL_SECS"): "how often a held lock is tried again",
+    ("storage/lock.py", "POLL_SECS"): "how often a held lease is looked at again",
+    ("storage/bounds.py", "LOCK_HEARTBEAT_SECS"): "how often a holder renews its lease (LOCK_STALE_SECS bounds)",
     ("sweep/array_task.py", "POLL_SECS"): "how often a Slurm sweep's array task looks at its trial",
     ("sweep/array_task.py", "PROGRESS_SECS"): "the rhythm of the array task's progress lines",
     ("tf_model/serve/lifecycle.py", "delay_secs"): "0: no drain, for a Lifecycle built without serve's flags",
@@ -91,8 +93,9 @@ def test_every_number_that_bounds_a_wait_in_the_code_has_its_row():
         module = path.relative_to(PACKAGE).as_posix()
         if module == "config/timeouts.py":
             continue
+        listed = {b.name for b in TIMEOUTS}  # storage/bounds.py: the layer's bounds, each with its row
         for name, value in timed_numbers(parsed(path)):
-            if (module, name) not in NOT_BOUNDS_IN_CODE:
+            if (module, name) not in NOT_BOUNDS_IN_CODE and not (module == "storage/bounds.py" and name in listed):
                 found[f"{module}: {name} = {value}"] = True
     assert not found, ("numbers that bound a wait, outside config/timeouts.py: make each a constant there with its "
                        f"row in TIMEOUTS and read it from there, or, if nothing fires, list it in NOT_BOUNDS_IN_CODE: "
@@ -120,6 +123,8 @@ def test_every_row_names_a_key_or_constant_that_its_module_uses():
             assert bound.name in keys, f"{bound.name}: no such config key"
             assert bound.default == keys[bound.name].default
             assert bound.name.rsplit(".", 1)[-1] in text, f"{bound.where} does not read {bound.name}"
+        elif bound.name in vars(storage_bounds):  # the storage layer's, below the config: read by name there
+            assert bound.name in text, f"{bound.where} does not read {bound.name}"
         else:
             assert f"timeouts.{bound.name}" in text, f"{bound.where} does not read timeouts.{bound.name}"
         assert bound.enforcer and bound.phase and bound.fires and bound.exit_code, bound

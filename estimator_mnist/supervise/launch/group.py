@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from estimator_mnist.config import Config, TaskId
-from estimator_mnist.files import write_text_atomic
+from estimator_mnist.storage import write_atomic
 from estimator_mnist.plan.task_plan import plan_task
 from estimator_mnist.plan.task_spec import TaskSpec, spec_environment
 from estimator_mnist.supervise.process_group import (TaskProcess, die_with_parent, signal_group, spec_file,
@@ -47,7 +47,7 @@ class TaskGroup:
 
     def start(self, task: TaskId) -> TaskProcess:
         """Writes the task's spec (again at a restart: the same text), then starts its command."""
-        write_text_atomic(spec_file(self.log_dir, task), self.specs[task].to_json() + "\n")
+        write_atomic(spec_file(self.log_dir, task), self.specs[task].to_json() + "\n")
         process = start_task(task, self.command_for(task), spec_environment(os.environ),
                              self.log_dir / f"{task.type}-{task.index}.log", lambda: self._preexec(task))
         self.processes[task] = process

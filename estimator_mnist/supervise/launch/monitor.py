@@ -46,7 +46,7 @@ class Monitor:
         self.last_change = now
 
     def _current_records(self) -> Dict[str, dict]:
-        records = read_progress(self._config.run_dir)
+        records = read_progress(self._config.records_dir)
         return {name: r for name, r in records.items()
                 if self._pids.get(name) in (r.get("pid"), r.get("parent_pid")) and r.get("time")}
 

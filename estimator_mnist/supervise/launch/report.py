@@ -10,7 +10,7 @@ from typing import Optional, Tuple
 
 from estimator_mnist import checkpoints
 from estimator_mnist.config import Config
-from estimator_mnist.files import write_json_atomic
+from estimator_mnist.storage import write_json
 from estimator_mnist.supervise.launch.monitor import Monitor
 from estimator_mnist.supervise.process_group import describe_exit
 
@@ -166,7 +166,7 @@ def build_summary(run: RunRecord) -> dict:
 
 
 def write_summary(run_dir: str, summary: dict) -> Path:
-    return write_json_atomic(Path(run_dir, SUMMARY_FILE), summary, indent=2)
+    return write_json(Path(run_dir, SUMMARY_FILE), summary, indent=2)
 
 
 def final_line(summary: dict) -> str:

@@ -1,0 +1,122 @@
+"""The storage layer: every read and write of model_dir (and of what else other processes read), on a local or
+shared file system and on a bucket (gs://) alike. No TensorFlow.
+
+TensorFlow writes its own files (checkpoints, events, exports) through its file systems; everything the product
+itself keeps that another process, pod or later start reads goes through here: the restart budget and its last
+good copy, preemption marks, progress records, evaluations, checkpoint-repair records, sweep records, locks.
+One small interface over two stores (local.py, gcs.py), chosen by the path; errors are told apart the same way
+for both (errors.py); the lock rule is lock.py's, once for both. What is atomic:
+- `write_atomic`: a reader sees the old record or the new one, never part of one (a rename on disk; every
+  object upload on a bucket);
+- `read_versioned` / `write_if_version`: a compare-and-swap, one winner among writers of one version (link(2)
+  on disk, `if_generation_match` on a bucket);
+- `append`: whole lines (O_APPEND on disk; a generation-matched rewrite on a bucket);
+- `move`: a rename on one file system; a copy then a delete on a bucket (not atomic, as GCS itself).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import List, Optional, Tuple
+
+from estimator_mnist.storage.local import LocalStore
+from estimator_mnist.storage.urls import basename, is_bucket, join, parent
+
+_LOCAL = LocalStore()
+_GCS = None
+
+
+def store_for(path):
+    """The store that holds `path`."""
+    global _GCS  # pylint: disable=global-statement
+    if is_bucket(str(path)):
+        if _GCS is None:
+            from estimator_mnist.storage.gcs import GcsStore  # pylint: disable=import-outside-toplevel
+            _GCS = GcsStore()
+        return _GCS
+    return _LOCAL
+
+
+def read_bytes(path) -> bytes:
+    return store_for(path).read_bytes(str(path))
+
+
+def read_text(path) -> str:
+    return read_bytes(path).decode("utf-8")
+
+
+def read_json(path) -> Optional[dict]:
+    """The JSON object in `path`; None when it is missing or not a JSON object (a record cut short by a writer
+    that wrote in place). Any other failure to read is raised, named as what it is (errors.py)."""
+    try:
+        value = json.loads(read_bytes(path).decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def write_atomic(path, data, durable: bool = False):
+    """Replaces `path` whole (text is written as UTF-8); `durable`: on stable storage before it replaces the
+    old one (a record that must outlive a crash of the machine)."""
+    store_for(path).write_atomic(str(path), data.encode("utf-8") if isinstance(data, str) else data, durable)
+    return path
+
+
+def write_json(path, record, indent: Optional[int] = None, durable: bool = False):
+    return write_atomic(path, json.dumps(record, indent=indent) + "\n", durable)
+
+
+def append_line(path, line: str) -> None:
+    store_for(path).append(str(path), (line.rstrip("\n") + "\n").encode("utf-8"))
+
+
+def exists(path) -> bool:
+    return store_for(path).exists(str(path))
+
+
+def isfile(path) -> bool:
+    return store_for(path).isfile(str(path))
+
+
+def isdir(path) -> bool:
+    return store_for(path).isdir(str(path))
+
+
+def listdir(path) -> List[str]:
+    """The names directly below `path`, sorted; [] when there is nothing."""
+    return store_for(path).listdir(str(path))
+
+
+def remove(path, missing_ok: bool = True) -> None:
+    try:
+        store_for(path).remove(str(path))
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
+
+
+def rmtree(path) -> None:
+    store_for(path).rmtree(str(path))
+
+
+def makedirs(path) -> None:
+    store_for(path).makedirs(str(path))
+
+
+def move(src, dst) -> None:
+    store_for(src).move(str(src), str(dst))
+
+
+def read_versioned(path) -> Tuple[Optional[bytes], int]:
+    return store_for(path).read_versioned(str(path))
+
+
+def write_if_version(path, data: bytes, version: int) -> Optional[int]:
+    return store_for(path).write_if_version(str(path), data, version)
+
+
+__all__ = ["append_line", "basename", "exists", "is_bucket", "isdir", "isfile", "join", "listdir", "makedirs",
+           "move", "parent", "read_bytes", "read_json", "read_text", "read_versioned", "remove", "rmtree",
+           "store_for", "write_atomic", "write_if_version", "write_json"]

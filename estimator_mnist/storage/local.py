@@ -1,0 +1,140 @@
+"""The storage layer on a local or shared POSIX file system (NFS, Lustre, a ReadWriteMany volume). No TF.
+
+Records are replaced atomically: written whole under a unique temporary name that follows the umask, synced
+where they must outlive a crash of the machine, then renamed over the old one, so that a reader on any host
+sees the old record or the new one. A versioned record (the lease of lock.py) is one file per version,
+`<path>.<N>`, each made with link(2), which fails when the name exists on every file system this product runs
+on (NFS v3+, Lustre, CephFS): of two writers of version N+1, exactly one wins, which is what a bucket's
+generation-matched write gives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import uuid
+from typing import List, Optional, Tuple
+
+VERSION_SEP = "."
+
+
+def _temporary(path: str) -> str:
+    head, name = os.path.split(path)
+    return os.path.join(head, f".{name}.{uuid.uuid4().hex}.tmp")
+
+
+class LocalStore:
+    """Every operation of the layer on a path of the local file system; errors are the OS's own."""
+
+    name = "local"
+
+    def read_bytes(self, path: str) -> bytes:
+        with open(path, "rb") as stream:
+            return stream.read()
+
+    def write_atomic(self, path: str, data: bytes, durable: bool = False) -> None:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        # Not mkstemp: its mode is 0600 whatever the umask, and the file must have the mode every other file of
+        # the run has (the plan's umask). The name is unique per call, not per process: two threads of one
+        # process may write one file at once (tests/unit/test_files.py).
+        tmp = _temporary(path)
+        try:
+            with open(tmp, "xb") as stream:
+                stream.write(data)
+                if durable:
+                    stream.flush()
+                    os.fsync(stream.fileno())
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
+
+    def append(self, path: str, data: bytes) -> None:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        # O_APPEND: each write lands whole at the end, also when two processes append (a line is one write).
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def isdir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    def isfile(self, path: str) -> bool:
+        return os.path.isfile(path)
+
+    def listdir(self, path: str) -> List[str]:
+        """The names in a directory; [] when it does not exist."""
+        try:
+            return sorted(os.listdir(path))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def remove(self, path: str) -> None:
+        os.remove(path)
+
+    def rmtree(self, path: str) -> None:
+        shutil.rmtree(path, ignore_errors=False) if os.path.isdir(path) else None
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def move(self, src: str, dst: str) -> None:
+        """A rename within one file system (atomic), a copy then a removal across two."""
+        os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
+        shutil.move(src, dst)
+
+    # Versioned records: the storage-neutral compare-and-swap of lock.py.
+    def _versions(self, path: str) -> List[int]:
+        head, name = os.path.split(path)
+        prefix = name + VERSION_SEP
+        return sorted((int(entry[len(prefix):]) for entry in self.listdir(head or ".")
+                       if entry.startswith(prefix) and entry[len(prefix):].isdigit()), reverse=True)
+
+    # Versioned records: the storage-neutral compare-and-swap of lock.py.
+    def read_versioned(self, path: str) -> Tuple[Optional[bytes], int]:
+        """The newest version's bytes and number; (None, 0) when there is none. A version removed between the
+        listing and the read (its successors' writer cleans up) is looked for again."""
+        for _ in range(100):
+            versions = self._versions(path)
+            if not versions:
+                return None, 0
+            try:
+                return self.read_bytes(f"{path}{VERSION_SEP}{versions[0]}"), versions[0]
+            except FileNotFoundError:
+                continue
+        raise FileNotFoundError(f"{path}: its versions kept changing while read")
+
+    def write_if_version(self, path: str, data: bytes, version: int) -> Optional[int]:
+        """Writes version `version + 1` if no one has: its number, else None (another writer was first).
+
+        Two versions stay (the newest and the one before): a writer whose listing lagged by one version finds
+        the name it wants taken. After its link the writer lists once more, and a newer version than its own
+        (a listing that lagged further) makes its write lost: it removes its own version and reports None."""
+        new = f"{path}{VERSION_SEP}{version + 1}"
+        tmp = _temporary(path)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        try:
+            with open(tmp, "xb") as stream:
+                stream.write(data)
+            try:
+                os.link(tmp, new)  # EEXIST when another writer made this version first: one winner
+            except FileExistsError:
+                return None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
+        newest = self._versions(path)
+        if newest and newest[0] > version + 1:
+            with contextlib.suppress(OSError):
+                os.remove(new)  # its own, lost: no reader should take it for the newest
+            return None
+        if version > 1:  # history; removing it is housekeeping only
+            with contextlib.suppress(OSError):
+                os.remove(f"{path}{VERSION_SEP}{version - 1}")
+        return version + 1
