@@ -116,3 +116,19 @@ def test_append_lands_whole_lines_and_listdir_of_a_missing_directory_is_empty(tm
     storage.append_line(path, '{"a": 2}\n')
     assert path.read_text() == '{"a": 1}\n{"a": 2}\n'
     assert storage.listdir(tmp_path / "nothing") == [] and storage.listdir(tmp_path) == ["sub"]
+
+
+def test_the_memory_bucket_keeps_the_layer_s_promises(monkeypatch):
+    """tests/memory_bucket.py stands in for a bucket in unit tests: its answers are the layer's."""
+    from tests import memory_bucket  # pylint: disable=import-outside-toplevel
+
+    bucket = memory_bucket.install(monkeypatch)
+    path = "gs://bkt/run/model/lease"
+    assert storage.write_if_version(path, b"a", 0) is not None and storage.write_if_version(path, b"b", 0) is None
+    storage.write_json("gs://bkt/run/model/progress/chief-0.json", {"task": "chief:0"})
+    assert storage.listdir("gs://bkt/run/model") == ["lease", "progress"]
+    assert storage.read_json("gs://bkt/run/model/progress/chief-0.json") == {"task": "chief:0"}
+    assert storage.read_json("gs://bkt/run/model/missing.json") is None
+    bucket.denied.add(path)
+    with pytest.raises(PermissionError):
+        storage.read_versioned(path)
