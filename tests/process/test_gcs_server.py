@@ -10,10 +10,11 @@ import socket
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 from tests.gcs_proxy import GOOGLE_HOSTS
-from tests.gcs_server import GcsServer, GcsUnavailable, emulator_binary, import_google_cloud_storage
+from tests.gcs_server import BINARY_SHA256, GcsServer, GcsUnavailable, emulator_binary
 from tests.helpers import REPO
 
 # TF's GCS settings for the probe (tsl/platform/cloud/gcs_file_system.cc): no sleep between retries (the default
@@ -117,3 +118,58 @@ def test_tf_reached_only_google_s_storage_names_through_the_proxy(tf_probe):
     assert set(tf_probe["connects"]) == {"www.googleapis.com:443", "storage.googleapis.com:443"}
     assert tf_probe["refused"] == []
     assert {r.host for r in tf_probe["seen"]} <= set(GOOGLE_HOSTS)
+
+
+def test_the_proxy_refuses_every_other_destination(gcs_server):
+    gcs_server.proxy.reset()
+    answers = []
+    for request in (b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n",
+                    b"CONNECT www.googleapis.com:80 HTTP/1.1\r\nHost: www.googleapis.com:80\r\n\r\n",
+                    b"GET http://169.254.169.254/computeMetadata/v1/ HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n"):
+        with socket.create_connection(("127.0.0.1", gcs_server.proxy.port), timeout=10) as connection:
+            connection.sendall(request)
+            answers.append(connection.recv(4096).split(b"\r\n")[0])
+    assert answers == [b"HTTP/1.1 403 Forbidden"] * 3
+    assert gcs_server.proxy.refused == ["example.com:443", "www.googleapis.com:80",
+                                        "http://169.254.169.254/computeMetadata/v1/"]
+    assert gcs_server.proxy.seen() == []  # nothing refused reached the emulator, nor counted as a request
+    gcs_server.proxy.reset()
+
+
+def _credentials_search(gcs_server, tmp_path, no_gce_check: str) -> str:
+    gcs_server.proxy.reset()
+    env = {k: v for k, v in os.environ.items() if k != "GOOGLE_APPLICATION_CREDENTIALS"}
+    env.update(gcs_server.env(), NO_GCE_CHECK=no_gce_check, CLOUDSDK_CONFIG=str(tmp_path))  # no gcloud login
+    result = subprocess.run([sys.executable, "-m", "tests.process.gcs_auth_probe"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.stdout.startswith("RESULT "), result.stderr[-2000:]
+    return result.stdout
+
+
+def test_no_gce_check_true_keeps_google_auth_off_the_metadata_server(gcs_server, tmp_path):
+    assert "RESULT no credentials" in _credentials_search(gcs_server, tmp_path, "true")
+    assert gcs_server.proxy.refused == []
+
+
+def test_any_other_no_gce_check_probes_the_metadata_server_and_the_proxy_refuses_it(gcs_server, tmp_path):
+    """google-auth 2.62 compares NO_GCE_CHECK with "true" exactly: "True" sends it to 169.254.169.254 (through
+    http_proxy, where the proxy refuses it; without the proxy it would leave the machine)."""
+    assert "RESULT no credentials" in _credentials_search(gcs_server, tmp_path, "True")
+    assert any("169.254.169.254" in target for target in gcs_server.proxy.refused)
+    gcs_server.proxy.reset()
+
+
+def test_a_changed_binary_is_refused(monkeypatch):
+    name = next(iter(BINARY_SHA256))
+    monkeypatch.setitem(BINARY_SHA256, name, "0" * 64)
+    with pytest.raises(GcsUnavailable, match="refusing to run it"):
+        emulator_binary()
+
+
+def test_stop_ends_the_emulator_and_the_proxy(tmp_path):
+    with GcsServer(tmp_path) as gcs:
+        emulator, port = gcs.process, gcs.proxy.port
+        assert emulator.poll() is None
+    assert emulator.poll() is not None and not psutil.pid_exists(emulator.pid)
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
