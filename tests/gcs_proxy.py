@@ -71,7 +71,7 @@ class GcsProxy:
         self._seen: List[SeenRequest] = []
         self._connects: List[str] = []
         self._refused: List[str] = []
-        self._stop = threading.Event()
+        self._wake = threading.Event()  # set by stop() and reset(): stalled requests end at once
         self.upstream: Optional[Tuple[str, int]] = None  # the emulator, set once it is started
         self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.tls.load_cert_chain(certificate_file, key_file)
@@ -89,7 +89,7 @@ class GcsProxy:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()  # wakes every stalled request
+        self._wake.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -120,8 +120,10 @@ class GcsProxy:
         return None
 
     def reset(self) -> None:
-        """Disarms every fault and forgets what was seen (a new test)."""
+        """Disarms every fault, ends stalls and forgets what was seen (a new test)."""
         with self._lock:
+            self._wake.set()
+            self._wake = threading.Event()
             self._faults.clear()
             self._seen.clear()
             self._connects.clear()
@@ -160,8 +162,10 @@ class GcsProxy:
             self._refused.append(target)
 
     def wait_stalled(self, seconds: float) -> bool:
-        """Sleeps up to `seconds`; True when the proxy is stopping."""
-        return self._stop.wait(seconds)
+        """Sleeps up to `seconds`, less when the proxy is reset or stopped."""
+        with self._lock:
+            wake = self._wake
+        return wake.wait(seconds)
 
 
 class _Handler(BaseHTTPRequestHandler):
