@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.gcs_fixtures import gcs_bucket, gcs_client, gcs_env, gcs_server  # noqa: F401  (fixtures for every tier)
 from tests.helpers import stop_started_launches
 
 
