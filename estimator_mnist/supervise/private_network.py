@@ -22,12 +22,16 @@ import sys
 
 from estimator_mnist.errors import UsageError
 from estimator_mnist.plan.hosts import LOOPBACK_HOSTS, all_on_loopback
+from estimator_mnist.storage import is_bucket
 
 
 CLONE_NEWNET = 0x40000000  # setns(2)/unshare(2): the network namespace
 
 ERR_PRIVATE_NOT_LOOPBACK = ("{file}: launcher.network is private but task {task} is on host '{host}', which a private "
                             "namespace cannot reach; use localhost for every task, or launcher.network: auto or host")
+ERR_PRIVATE_BUCKET = ("{file}: launcher.network is private but model_dir {model_dir} is a bucket, which a namespace "
+                      "with only loopback cannot reach; set launcher.network: auto or host (and firewall the task "
+                      "ports), or give a local model_dir")
 ERR_PRIVATE_UNAVAILABLE = ("{file}: launcher.network is private but this system does not allow a private network "
                            "namespace ({reason}); run as a user with CAP_SYS_ADMIN, or set launcher.network: host and "
                            "firewall the task ports")
@@ -77,6 +81,10 @@ def choose_network(config, file: str):
             task = next(t for t in cluster.tasks() if cluster.host(t) not in LOOPBACK_HOSTS)
             raise UsageError(ERR_PRIVATE_NOT_LOOPBACK.format(file=file, task=task, host=cluster.host(task)))
         return None, UNPROTECTED.format(why="some tasks use a non-loopback host name", ports=ports)
+    if is_bucket(config.model_dir):  # the tasks reach the bucket over the network: a loopback-only one cuts it off
+        if mode == "private":
+            raise UsageError(ERR_PRIVATE_BUCKET.format(file=file, model_dir=config.model_dir))
+        return None, UNPROTECTED.format(why="model_dir is a bucket, which the tasks reach over it", ports=ports)
     try:
         return PrivateNetwork(), PROTECTED
     except OSError as exc:

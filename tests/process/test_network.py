@@ -87,3 +87,16 @@ def test_private_network_refuses_hosts_it_cannot_reach(tmp_path):
     assert network is None and line.startswith("network: WARNING: the tasks use this machine's network (some tasks "
                                                 "use a non-loopback host name)")
     assert "ports 1, 2" in line and dict_config.launcher.network == "auto"
+
+
+def test_a_bucket_model_dir_keeps_the_tasks_on_the_machine_s_network_and_says_so():
+    """A namespace with only loopback would cut the tasks off from the bucket they write their checkpoints to."""
+    cluster = {"chief": ["localhost:1"], "worker": ["localhost:2"]}
+    with pytest.raises(UsageError, match=r"^c\.yaml: launcher\.network is private but model_dir gs://bkt/run is a "
+                                         r"bucket, which a namespace with only loopback cannot reach"):
+        netns.choose_network(config_from_dict({"cluster": cluster, "launcher": {"network": "private"},
+                                               "model_dir": "gs://bkt/run"}, "c.yaml"), "c.yaml")
+    network, line = netns.choose_network(config_from_dict({"cluster": cluster, "model_dir": "gs://bkt/run"},
+                                                          "c.yaml"), "c.yaml")
+    assert network is None and line.startswith("network: WARNING: the tasks use this machine's network (model_dir "
+                                                "is a bucket, which the tasks reach over it)")
