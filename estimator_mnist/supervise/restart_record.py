@@ -42,7 +42,8 @@ _ENTRY_FIELDS = {"number": _INT, "time": (int, float)}  # what describe() and th
 
 
 def _kind_name(kinds) -> str:
-    return " or ".join("null" if k is type(None) else f"a {k.__name__}" for k in kinds)
+    return " or ".join("null" if k is type(None) else f"{'an' if k.__name__[0] in 'aeiou' else 'a'} {k.__name__}"
+                       for k in kinds)
 
 
 def _is(value, kinds) -> bool:
