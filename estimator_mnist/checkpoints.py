@@ -1,7 +1,12 @@
-"""Reading a model_dir's state without TensorFlow: latest checkpoint step, evaluations.
+"""Reading a model_dir's state without TensorFlow: latest checkpoint step, evaluations, exports; on a disk or a
+bucket alike, through the storage layer.
 
-The launcher polls these while tasks run, so they must be cheap and must
-tolerate files that are being written.
+The launcher polls these while tasks run, so they must be cheap and must tolerate files that are being
+written: `latest_checkpoint`, `listed_steps` and `read_eval_results` answer None (or nothing) for a file they
+cannot read. What decides something that lasts (the checkpoint repair, the restart budget) reads strictly
+(`read_strict`, `latest_checkpoint(..., strict=True)`): a missing file is confirmed by a stat of the file itself,
+and any other read error is named as what it is, after the exit table: access refused is permanent (exit 1, the
+file named), a storage that fails to serve it is retryable (exit 200, after READ_ATTEMPTS reads).
 """
 
 from __future__ import annotations
@@ -12,36 +17,91 @@ import re
 import time
 from typing import List, Optional
 
+from estimator_mnist import storage
+from estimator_mnist.errors import PermanentFailure, RetryableFailure
+from estimator_mnist.storage.bounds import READ_RETRY_SECS
+from estimator_mnist.storage.errors import StorageDenied, StorageUnavailable, problem_text
+
 EVAL_RESULTS_FILE = "eval_results.jsonl"
+STATE_FILE = "checkpoint"
+INDEX_SUFFIX = ".index"
+# A file the storage failed to serve (EIO, ESTALE: an NFS client's stale handle) is read again after
+# READ_RETRY_SECS (storage/bounds.py, listed in config/timeouts.py), READ_ATTEMPTS reads in all. A bucket's
+# requests are retried by the layer itself (STORAGE_RETRY_SECS).
+READ_ATTEMPTS = 3
+ERR_READ_DENIED = ("cannot read {path}: permission denied ({problem}); nothing was changed: give this task's user "
+                   "read and write access to model_dir and its files (or run the tasks as the user that wrote "
+                   "them), then start the task again")
+ERR_READ_FAILED = ("cannot read {path} after {attempts} attempts ({problem}): the storage failed to serve it; "
+                   "nothing was changed; exiting with 200 (retryable) so that a restart reads it again")
 _LATEST = re.compile(r'^model_checkpoint_path:\s*"(?P<path>[^"]*)"', re.MULTILINE)
 _LISTED = re.compile(r'^(?:all_)?model_checkpoint_paths?:\s*"(?P<path>[^"]*)"', re.MULTILINE)
 _STEP = re.compile(r"-(\d+)$")
 
 
-def latest_checkpoint(model_dir: str) -> Optional[str]:
-    """The path the `checkpoint` index file names, if its files exist."""
+def read_strict(path: str, sleep=time.sleep) -> Optional[str]:
+    """The text of `path`; None only when it is absent, confirmed by a stat of the file itself after the read
+    said so. Refused: PermanentFailure (StorageDenied on a bucket); a storage that fails to serve it:
+    RetryableFailure after READ_ATTEMPTS reads (StorageUnavailable on a bucket, already retried by the layer).
+    Bytes that are not UTF-8 come back with replacement characters: unparsable, not unreadable."""
+    problem = None
+    for attempt in range(1, READ_ATTEMPTS + 1):
+        try:
+            return storage.read_bytes(path).decode("utf-8", errors="replace")
+        except FileNotFoundError as exc:
+            try:
+                if not storage.exists(path):
+                    return None
+            except OSError as error:
+                exc = error
+            problem = problem_text(exc)  # said missing, yet there: replaced while read; read it again
+        except (StorageDenied, StorageUnavailable):
+            raise
+        except PermissionError as exc:
+            raise PermanentFailure(ERR_READ_DENIED.format(path=path, problem=problem_text(exc))) from None
+        except OSError as exc:
+            problem = problem_text(exc)  # EIO, ESTALE (an NFS client's stale handle): read it again
+        if attempt < READ_ATTEMPTS:
+            sleep(READ_RETRY_SECS)
+    raise RetryableFailure(ERR_READ_FAILED.format(path=path, attempts=READ_ATTEMPTS, problem=problem))
+
+
+def absolute(model_dir: str, path: str) -> str:
+    """A path the state file names, relative to model_dir or not (os.path would mangle a gs:// URL)."""
+    return path if storage.is_bucket(path) or os.path.isabs(path) else storage.join(model_dir, path)
+
+
+def _state_text(model_dir: str, strict: bool) -> Optional[str]:
+    path = storage.join(model_dir, STATE_FILE)
+    if strict:
+        return read_strict(path)
     try:
-        with open(os.path.join(model_dir, "checkpoint"), encoding="utf-8") as handle:
-            match = _LATEST.search(handle.read())
+        return storage.read_bytes(path).decode("utf-8", errors="replace")
     except OSError:
         return None
+
+
+def latest_checkpoint(model_dir: str, strict: bool = False) -> Optional[str]:
+    """The path the `checkpoint` state file names, if its index file exists. `strict`: read errors are raised
+    named (read_strict) instead of answering None."""
+    text = _state_text(model_dir, strict)
+    match = _LATEST.search(text) if text else None
     if not match:
         return None
-    path = match["path"]
-    if not os.path.isabs(path):
-        path = os.path.join(model_dir, path)
-    return path if os.path.exists(path + ".index") else None
+    path = absolute(model_dir, match["path"])
+    try:
+        return path if storage.exists(path + INDEX_SUFFIX) else None
+    except OSError:
+        if strict:
+            raise
+        return None
 
 
 def listed_steps(model_dir: str) -> Optional[List[int]]:
     """The steps the `checkpoint` state file lists (newest and kept ones), or None when there is no state file
     to tell (missing, unreadable, naming no checkpoint)."""
-    try:
-        with open(os.path.join(model_dir, "checkpoint"), encoding="utf-8") as handle:
-            paths = _LISTED.findall(handle.read())
-    except (OSError, UnicodeDecodeError):
-        return None
-    steps = sorted({step for step in map(step_of, paths) if step is not None})
+    text = _state_text(model_dir, strict=False)
+    steps = sorted({step for step in map(step_of, _LISTED.findall(text or "")) if step is not None})
     return steps or None
 
 
@@ -54,32 +114,32 @@ def step_of(checkpoint_path: Optional[str]) -> Optional[int]:
 def exports_in(export_base: str) -> List[str]:
     """The finished SavedModels under an export base directory, oldest first.
 
-    Only finished exports have a numeric name (a timestamp): export.py writes
-    each under a temporary name and renames it, as TensorFlow Serving expects.
+    Only finished exports have a numeric name (a timestamp) and a saved_model.pb: export.py writes each under
+    a temporary name and renames it (on a bucket: moves saved_model.pb last), as TensorFlow Serving expects.
     """
-    if not os.path.isdir(export_base):
-        return []
-    stamps = sorted(int(name) for name in os.listdir(export_base)
-                    if name.isdigit() and os.path.isfile(os.path.join(export_base, name, "saved_model.pb")))
-    return [os.path.join(export_base, str(stamp)) for stamp in stamps]
+    stamps = sorted(int(name) for name in storage.listdir(export_base)
+                    if name.isdigit() and storage.isfile(storage.join(export_base, name, "saved_model.pb")))
+    return [storage.join(export_base, str(stamp)) for stamp in stamps]
 
 
-def latest_step(model_dir: str) -> Optional[int]:
-    return step_of(latest_checkpoint(model_dir))
+def latest_step(model_dir: str, strict: bool = False) -> Optional[int]:
+    return step_of(latest_checkpoint(model_dir, strict))
 
 
 def read_eval_results(model_dir: str) -> List[dict]:
     """Every evaluation the evaluator recorded, oldest first; a line being written is skipped."""
-    results = []
     try:
-        with open(os.path.join(model_dir, EVAL_RESULTS_FILE), encoding="utf-8") as handle:
-            for line in handle:
-                try:
-                    results.append(json.loads(line))
-                except ValueError:
-                    continue
+        text = storage.read_bytes(storage.join(model_dir, EVAL_RESULTS_FILE)).decode("utf-8", errors="replace")
     except OSError:
-        pass
+        return []
+    results = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            results.append(record)
     return results
 
 
@@ -98,7 +158,7 @@ def work_saved(model_dir: str, max_steps: int, evaluates: bool) -> Optional[str]
 
     `evaluates`: the evaluator, and a process that evaluates itself, are done once the final evaluation (and
     its export) is recorded; the other tasks once the final checkpoint is saved. The task's TensorFlow process
-    (tf_task/preemption.py) and its parent (task_process.py) decide 0 or 200 after a signal by it."""
+    (tf_task/preemption.py) and its parent (supervise/task_parent.py) decide 0 or 200 after a signal by it."""
     if evaluates:
         final = final_evaluation(model_dir, max_steps)
         return f"the final checkpoint (step {final['global_step']}) is evaluated" if final else None

@@ -7,39 +7,45 @@ takes it (reads and removes it) at the next count: the writer's next start, or t
 at the step's outcome, whichever comes first. A mark counts only while the newest checkpoint is the stop
 step's: one that training went past, or whose checkpoint was found damaged and moved aside, is stale and is
 dropped.
+
+On a bucket as on a disk, through the storage layer: an atomic write, a strict read (checkpoints.read_strict: a
+refused read is exit 1, a storage that fails to serve it 200, never "no mark"), a removal.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import time
 from typing import Optional
 
-from estimator_mnist.storage import write_atomic
+from estimator_mnist import storage
+from estimator_mnist.checkpoints import read_strict
 
 MARK_FILE = "preempted.json"
 
 
 def write_mark(model_dir: str, step: int, task: str, clock=time.time) -> str:
-    path = os.path.join(model_dir, MARK_FILE)
-    write_atomic(path, json.dumps({"step": step, "task": task, "time": clock()}))
+    path = storage.join(model_dir, MARK_FILE)
+    storage.write_atomic(path, json.dumps({"step": step, "task": task, "time": clock()}))
     return path
 
 
+def has_mark(model_dir: str) -> bool:
+    return storage.exists(storage.join(model_dir, MARK_FILE))
+
+
 def take_mark(model_dir: str, checkpoint_step: Optional[int]) -> Optional[dict]:
-    """The preemption the mark records, if it is the newest checkpoint's; the mark is removed either way."""
-    path = os.path.join(model_dir, MARK_FILE)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            mark = json.load(handle)
-    except FileNotFoundError:
+    """The preemption the mark records, if it is the newest checkpoint's; the mark is removed either way.
+    A mark the storage refuses or fails to serve raises the layer's one line (PermanentFailure, RetryableFailure)."""
+    path = storage.join(model_dir, MARK_FILE)
+    text = read_strict(path)
+    if text is None:
         return None
-    except (OSError, ValueError):
+    try:
+        mark = json.loads(text)
+    except ValueError:
         mark = None  # a torn mark proves nothing: the stop counts as a failure
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(path)
+    storage.remove(path, missing_ok=True)
     if not isinstance(mark, dict) or not isinstance(mark.get("step"), int) or mark["step"] != checkpoint_step:
         return None
     return mark

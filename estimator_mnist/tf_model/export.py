@@ -16,14 +16,13 @@ any second signature "<input>:<output>" and cannot give it its own inputs.
 
 from __future__ import annotations
 
-import os
-import shutil
+import contextlib
 import time
 from typing import Callable, Dict
 
 import tensorflow as tf
 
-from estimator_mnist import checkpoints
+from estimator_mnist import checkpoints, storage
 from estimator_mnist.tf_model import digits
 from estimator_mnist.tf_model.averages import restore_map
 
@@ -31,6 +30,7 @@ BYTES_SIGNATURE, IMAGES_SIGNATURE = "serving_default", "images"
 BYTES_INPUT, IMAGES_INPUT = "image_bytes", "images"
 INVERT_TENSOR = "invert:0"
 OUTPUTS = ("class_ids", "probabilities", "logits")
+SAVED_MODEL_FILE = "saved_model.pb"  # what marks an export finished (checkpoints.exports_in)
 
 
 def _outputs(logits: tf.Tensor) -> Dict[str, tf.Tensor]:
@@ -54,9 +54,20 @@ def signature_defs(logits_of: Callable[[tf.Tensor], tf.Tensor]) -> dict:
 def _new_export_dir(export_base: str) -> str:
     # Serving loads the numerically greatest subdirectory: a second export in the same second takes the next number.
     stamp = int(time.time())
-    while os.path.exists(os.path.join(export_base, str(stamp))):
+    while storage.exists(storage.join(export_base, str(stamp))):
         stamp += 1
-    return os.path.join(export_base, str(stamp))
+    return storage.join(export_base, str(stamp))
+
+
+def publish(temporary: str, export_dir: str) -> None:
+    """The finished export under its final name. On a disk one rename: Serving never sees half of it. On a
+    bucket, where a rename is a copy and a delete per object, saved_model.pb moves last: an export without it
+    is no export to Serving nor to exports_in, so no reader loads one whose variables are still on the way."""
+    if not storage.is_bucket(temporary):
+        storage.move(temporary, export_dir)
+        return
+    for name in sorted(storage.listdir(temporary), key=lambda n: n == SAVED_MODEL_FILE):
+        storage.move(storage.join(temporary, name), storage.join(export_dir, name))
 
 
 def write_saved_model(export_base: str, build: Callable[[], dict], restore: Callable[[tf.compat.v1.Session], None],
@@ -69,8 +80,8 @@ def write_saved_model(export_base: str, build: Callable[[], dict], restore: Call
     on a machine without those devices.
     """
     export_dir = _new_export_dir(export_base)
-    temporary = os.path.join(export_base, f"temp-{os.path.basename(export_dir)}")
-    shutil.rmtree(temporary, ignore_errors=True)
+    temporary = storage.join(export_base, f"temp-{storage.basename(export_dir)}")
+    storage.rmtree(temporary)  # a stop half-way through an earlier export of the same second
     with tf.Graph().as_default() as graph:
         signatures = build()
         with tf.compat.v1.Session(graph=graph, config=session_config) as session:
@@ -79,7 +90,7 @@ def write_saved_model(export_base: str, build: Callable[[], dict], restore: Call
             builder.add_meta_graph_and_variables(session, [tf.saved_model.SERVING], signature_def_map=signatures,
                                                  strip_default_attrs=True, clear_devices=clear_devices)
             builder.save()
-    os.rename(temporary, export_dir)
+    publish(temporary, export_dir)
     return export_dir
 
 
@@ -104,4 +115,7 @@ def export_checkpoint(model_config, checkpoint_path: str, export_base: str) -> s
 
 def keep_newest(export_base: str, count: int) -> None:
     for old in checkpoints.exports_in(export_base)[:-count] if count > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+        # saved_model.pb first: a reader never takes one whose variables are half removed for an export.
+        with contextlib.suppress(OSError):  # housekeeping: an old export left costs space, not correctness
+            storage.remove(storage.join(old, SAVED_MODEL_FILE), missing_ok=True)
+            storage.rmtree(old)

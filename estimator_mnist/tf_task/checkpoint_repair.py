@@ -10,55 +10,60 @@ before its Estimator is built (runner.run_task): the trainers (under
 MultiWorkerMirrored every worker restores from the shared model_dir, not only
 the chief) and the evaluator, which exports what it scores. A ps task restores
 nothing. Several tasks start at once on one model_dir, so the check holds an
-exclusive lock on `model_dir/.checkpoint-check.lock`: the first task moves the
-damaged files aside and rewrites the state file, and the tasks after it find
-the newest listed checkpoint intact and agree on it. The check reads the
-newest listed checkpoint whole with TensorFlow's own reader, which checks each
-tensor's checksum.
+exclusive lock on `model_dir/.checkpoint-check.lock`. Only the writer task (the
+chief, or worker 0 without one: the task that saves checkpoints) moves damaged
+files aside and rewrites the state file, so that nothing rewrites it while the
+chief may be saving; another task that finds the newest listed checkpoint
+damaged, or the state file no state, lets the lock go and waits for the writer's
+repair (CHECKPOINT_REPAIR_WAIT_SECS, then exit 200). The check reads the newest
+listed checkpoint whole with TensorFlow's own reader, which checks each tensor's
+checksum (on a bucket through TensorFlow's gs:// file system).
 
 A damaged checkpoint is moved, never deleted, into `model_dir/damaged/`. Only damage moves one: a checksum
 mismatch, a truncated file, an unparsable index (DataLoss and its kin). A read the storage refuses or fails
 says nothing about the checkpoint, and moving an intact newest checkpoint aside would send training back,
 possibly to step 0: PermissionDenied is permanent (exit 1, one line naming the path); NotFound (an NFS
 client's stale view) and other transient errors are read again READ_ATTEMPTS times, then the task exits 200
-naming the path, and nothing is moved. The lock is model_dir_lock.py's (the storage layer's: flock, or a
-lease where the file system has no flock and on a bucket).
+naming the path, and nothing is moved. A listed checkpoint counts as gone only when a stat of its index file
+says so, never on a directory listing alone. The state file is read strictly (checkpoint_state.py). Every
+listing, move, removal and write goes through the storage layer, on a disk and a bucket alike; the lock is
+model_dir_lock.py's (the storage layer's: flock, or a lease where the file system has no flock and on a bucket).
 """
 
 from __future__ import annotations
 
-import contextlib
-import glob
-import os
-import re
-import shutil
 import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
+from estimator_mnist import checkpoints, storage
 from estimator_mnist.config import timeouts
 from estimator_mnist.errors import PermanentFailure, RetryableFailure
+from estimator_mnist.tf_task.checkpoint_state import MSG_STATE_UNREADABLE, STATE_FILE, read_listed, write_state
 from estimator_mnist.tf_task.model_dir_lock import exclusive
 
 DAMAGED_DIR = "damaged"
 LOCK_FILE = ".checkpoint-check.lock"
-STATE_FILE = "checkpoint"
 MSG_DAMAGED = ("checkpoint {path} is damaged ({problem}); moved its files to {moved}; {outcome}")
 MSG_RESUME = "training resumes from {path}, the newest intact checkpoint"
 MSG_NONE_LEFT = "no intact checkpoint is left, so training starts again from step 0"
-MSG_STATE_UNREADABLE = ("the checkpoint state file {path} is unreadable ({problem}); rebuilt it from the checkpoint "
-                        "files in {model_dir}")
 ERR_DENIED = ("cannot read checkpoint {path}: permission denied ({problem}); it was not moved: give this task's "
               "user read access to model_dir and its files (or run the tasks as the user that wrote them), then "
               "start the task again")
 ERR_UNAVAILABLE = ("cannot read checkpoint {path} after {attempts} attempts ({problem}); it was not moved: the "
                    "storage failed to serve it, not the checkpoint; exiting with 200 (retryable) so that a restart "
                    "reads it again")
-READ_ATTEMPTS, READ_RETRY_SECS = 3, timeouts.CHECKPOINT_READ_RETRY_SECS
+READ_ATTEMPTS, READ_RETRY_SECS = checkpoints.READ_ATTEMPTS, checkpoints.READ_RETRY_SECS
+WAIT_SECS, WAIT_POLL = timeouts.CHECKPOINT_REPAIR_WAIT_SECS, 1.0
+MSG_WAITING = ("{what}: this task is not the writer (the chief, or worker 0 without one), which alone repairs it; "
+               "waiting up to {secs:.0f} s for its repair")
+ERR_NOT_REPAIRED = ("{what}, and the writer (the chief, or worker 0 without one) has not repaired it within "
+                    "{secs:.0f} s; exiting with 200 (retryable): the writer repairs it at its start")
+WAIT_DAMAGED = "the newest listed checkpoint {path} is {kind}"
+WAIT_STATE = "the checkpoint state file {path} is unreadable ({problem})"
 DAMAGED, DENIED, UNAVAILABLE, GONE = "damaged", "permission denied", "unavailable", "gone"
 MSG_GONE = "checkpoint {path} is listed but none of its files is there (moved away by hand?); {outcome}"
 _PROBLEM_CHARS = 200
-_STEP = re.compile(r"-(\d+)\.index$")
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,8 @@ def verify_checkpoint(path: str) -> Optional[Problem]:
 
 
 def checked(path: str, verify: Callable[[str], Optional[Problem]], sleep=time.sleep) -> Optional[Problem]:
-    """verify(path), read again after a storage failure; a refusal or a lasting failure raises its one line."""
+    """verify(path), read again after a storage failure; a refusal or a lasting failure raises its one line.
+    GONE only when a stat of the index file itself finds none: a listing that lags (NFS) proves nothing."""
     for attempt in range(1, READ_ATTEMPTS + 1):
         problem = verify(path)
         if problem is None or problem.kind == DAMAGED:
@@ -117,89 +123,80 @@ def checked(path: str, verify: Callable[[str], Optional[Problem]], sleep=time.sl
             raise PermanentFailure(ERR_DENIED.format(path=path, problem=problem.text))
         if attempt < READ_ATTEMPTS:
             sleep(READ_RETRY_SECS)
-    if not glob.glob(glob.escape(path) + ".*"):  # still no file of it: taken away, not a storage failure
+    if not storage.exists(path + checkpoints.INDEX_SUFFIX):  # taken away, not a storage failure
         return Problem(GONE, problem.text)
     raise RetryableFailure(ERR_UNAVAILABLE.format(path=path, attempts=READ_ATTEMPTS, problem=problem.text))
 
 
-def _absolute(model_dir: str, path: str) -> str:
-    return path if os.path.isabs(path) else os.path.join(model_dir, path)
-
-
-def _on_disk(model_dir: str) -> List[str]:
-    """The checkpoint prefixes in model_dir by their index files, oldest step first."""
-    found = [(int(m.group(1)), name[:-len(".index")]) for name in os.listdir(model_dir)
-             for m in [_STEP.search(name)] if m]
-    return [os.path.join(model_dir, prefix) for _, prefix in sorted(found)]
-
-
-def _listed(model_dir: str, log) -> tuple:
-    """(checkpoint prefixes, oldest first; whether the state file must be written again)."""
-    import tensorflow as tf
-
-    state_path = os.path.join(model_dir, STATE_FILE)
-    if not os.path.exists(state_path):
-        return [], False
-    try:
-        # TensorFlow's own parser; it returns None for a file it cannot parse (and logs why).
-        state, problem = tf.train.get_checkpoint_state(model_dir), "not a checkpoint state"
-    except ValueError as exc:  # parsed, but names no checkpoint
-        state, problem = None, " ".join(str(exc).split())[:_PROBLEM_CHARS]
-    if state is None:
-        log(MSG_STATE_UNREADABLE.format(path=state_path, problem=problem, model_dir=model_dir))
-        return _on_disk(model_dir), True
-    paths = [_absolute(model_dir, p) for p in state.all_model_checkpoint_paths]
-    newest = _absolute(model_dir, state.model_checkpoint_path) if state.model_checkpoint_path else None
-    if newest and newest not in paths:
-        paths.append(newest)
-    return paths, False
+def _files_of(prefix: str) -> List[str]:
+    """The files of the checkpoint at `prefix`: by a listing, and by a stat of those every checkpoint has."""
+    name = storage.basename(prefix)
+    listed = {n for n in storage.listdir(storage.parent(prefix)) if n.startswith(name + ".")}
+    listed |= {name + s for s in (checkpoints.INDEX_SUFFIX, ".meta") if storage.exists(prefix + s)}
+    return sorted(listed)
 
 
 def move_aside(model_dir: str, prefix: str) -> str:
     """Moves every file of the checkpoint at `prefix` into model_dir/damaged/ (a numbered folder if taken)."""
-    target = os.path.join(model_dir, DAMAGED_DIR)
-    os.makedirs(target, exist_ok=True)
-    name = os.path.basename(prefix)
-    if any(entry.startswith(name + ".") for entry in os.listdir(target)):
-        target = os.path.join(target, f"{name}-{len(os.listdir(target))}")
-        os.makedirs(target, exist_ok=True)
-    for path in glob.glob(glob.escape(prefix) + ".*"):
-        shutil.move(path, os.path.join(target, os.path.basename(path)))
+    target = storage.join(model_dir, DAMAGED_DIR)
+    storage.makedirs(target)
+    name = storage.basename(prefix)
+    taken = storage.listdir(target)
+    if any(entry.startswith(name + ".") for entry in taken):
+        number = len(taken)
+        while f"{name}-{number}" in taken:
+            number += 1
+        target = storage.join(target, f"{name}-{number}")
+        storage.makedirs(target)
+    for file in _files_of(prefix):
+        storage.move(storage.join(storage.parent(prefix), file), storage.join(target, file))
     return target
 
 
-def _write_state(model_dir: str, newest: Optional[str], paths: List[str]) -> None:
-    import tensorflow as tf
-
-    if newest is None:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(os.path.join(model_dir, STATE_FILE))
-        return
-    # TensorFlow's own writer: it writes a temporary file and renames it over the old one.
-    tf.compat.v1.train.update_checkpoint_state(model_dir, newest, all_model_checkpoint_paths=paths)
+def _check(model_dir: str, log, verify, sleep, writer: bool):
+    """(the newest intact checkpoint, None) once the state is right; (None, why) when this task must wait."""
+    listed = read_listed(model_dir, sleep)
+    state_path = storage.join(model_dir, STATE_FILE)
+    if listed.problem is not None and not writer:
+        return None, WAIT_STATE.format(path=state_path, problem=listed.problem)
+    damaged, intact = [], None
+    for path in reversed(listed.paths):
+        problem = checked(path, verify, sleep)
+        if problem is None:
+            intact = path
+            break
+        if not writer:
+            return None, WAIT_DAMAGED.format(path=path, kind=problem.kind)
+        damaged.append((path, problem))
+    if listed.problem is not None:
+        log(MSG_STATE_UNREADABLE.format(path=state_path, problem=listed.problem, model_dir=model_dir))
+    outcome = MSG_RESUME.format(path=intact) if intact else MSG_NONE_LEFT
+    for path, problem in damaged:
+        log(MSG_GONE.format(path=path, outcome=outcome) if problem.kind == GONE else
+            MSG_DAMAGED.format(path=path, problem=problem.text, moved=move_aside(model_dir, path), outcome=outcome))
+    if damaged or listed.problem is not None:
+        gone = {path for path, _ in damaged}
+        write_state(model_dir, intact, [p for p in listed.paths if p not in gone])
+    return intact, None
 
 
 def fall_back_to_intact(model_dir: str, log: Callable[[str], None],
                         verify: Callable[[str], Optional[Problem]] = verify_checkpoint,
-                        sleep=time.sleep) -> Optional[str]:
+                        sleep=time.sleep, writer: bool = True, clock=time.monotonic) -> Optional[str]:
     """Makes the newest intact checkpoint the one Estimator restores; returns it (None: no checkpoint).
-    Raises PermanentFailure or RetryableFailure (checked) before moving anything, when the storage fails."""
-    if not os.path.isdir(model_dir):
+    Raises PermanentFailure or RetryableFailure (checked) before moving anything, when the storage fails.
+    `writer`: this task saves the checkpoints (plan.is_chief), and alone repairs; another waits for it."""
+    if not storage.isdir(model_dir):
         return None
-    with exclusive(os.path.join(model_dir, LOCK_FILE), log):
-        paths, rewrite = _listed(model_dir, log)
-        damaged, intact = [], None
-        for path in reversed(paths):
-            problem = checked(path, verify, sleep)
-            if problem is None:
-                intact = path
-                break
-            damaged.append((path, problem))
-        outcome = MSG_RESUME.format(path=intact) if intact else MSG_NONE_LEFT
-        for path, problem in damaged:
-            log(MSG_GONE.format(path=path, outcome=outcome) if problem.kind == GONE else
-                MSG_DAMAGED.format(path=path, problem=problem.text, moved=move_aside(model_dir, path), outcome=outcome))
-        if damaged or rewrite:
-            gone = {path for path, _ in damaged}
-            _write_state(model_dir, intact, [p for p in paths if p not in gone])
-        return intact
+    deadline, said = clock() + WAIT_SECS, False
+    while True:
+        with exclusive(storage.join(model_dir, LOCK_FILE), log):
+            intact, waiting = _check(model_dir, log, verify, sleep, writer)
+        if waiting is None:
+            return intact
+        if clock() >= deadline:
+            raise RetryableFailure(ERR_NOT_REPAIRED.format(what=waiting, secs=WAIT_SECS))
+        if not said:
+            log(MSG_WAITING.format(what=waiting, secs=WAIT_SECS))
+            said = True
+        sleep(WAIT_POLL)

@@ -14,14 +14,14 @@ export) is removed here, so that it holds no space.
 
 from __future__ import annotations
 
+import contextlib
 import errno
-import glob
 import os
 import re
 import shutil
-from typing import Optional
+from typing import List, Optional
 
-from estimator_mnist import checkpoints
+from estimator_mnist import checkpoints, storage
 from estimator_mnist.errors import PermanentFailure
 
 NO_SPACE_TEXTS = ("No space left on device", "Disk quota exceeded")
@@ -42,13 +42,28 @@ def is_disk_full(exc: BaseException) -> bool:
 
 
 def _size(path: str) -> int:
+    """Bytes under a local path (a full disk is a local one's: a bucket's objects are not measured)."""
+    if storage.is_bucket(path):
+        return 0
     if os.path.isfile(path):
         return os.path.getsize(path)
     return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path) for name in names)
 
 
 def checkpoint_bytes(prefix: Optional[str]) -> int:
-    return sum(_size(path) for path in glob.glob(glob.escape(prefix) + ".*")) if prefix else 0
+    if not prefix:
+        return 0
+    name, where = storage.basename(prefix), storage.parent(prefix)
+    return sum(_size(storage.join(where, n)) for n in storage.listdir(where) if n.startswith(name + "."))
+
+
+def _exports_under(model_dir: str, temporary: bool) -> List[str]:
+    """Every export base's finished exports, or its temporary ones (`temp-*`, written then renamed)."""
+    root = storage.join(model_dir, "export")
+    bases = [storage.join(root, base) for base in storage.listdir(root)]
+    if not temporary:
+        return [export for base in bases for export in checkpoints.exports_in(base)]
+    return [storage.join(base, n) for base in bases for n in storage.listdir(base) if n.startswith("temp-")]
 
 
 def remove_partial_writes(model_dir: str) -> list:
@@ -57,20 +72,29 @@ def remove_partial_writes(model_dir: str) -> list:
     touched, and without a state file to tell which are complete, no checkpoint is."""
     listed = checkpoints.listed_steps(model_dir)
     removed = []
-    for name in os.listdir(model_dir) if os.path.isdir(model_dir) else []:
+    for name in storage.listdir(model_dir):
         match = _CHECKPOINT_STEP.match(name)
         if not match:
             continue
         step = int(match.group(1))
         if "_temp" in name or (listed is not None and step not in listed and step > max(listed)):
-            removed.append(os.path.join(model_dir, name))
-    removed += glob.glob(os.path.join(glob.escape(model_dir), "export", "*", "temp-*"))
+            removed.append(storage.join(model_dir, name))
+    removed += _exports_under(model_dir, temporary=True)
     for path in removed:
-        if os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
+        if storage.isdir(path):
+            with contextlib.suppress(OSError):
+                storage.rmtree(path)
         else:
-            os.remove(path)
+            storage.remove(path, missing_ok=True)
     return removed
+
+
+def _free_bytes(path: str) -> int:
+    """Free bytes on the local file system that holds `path` (or would, for a path not made yet)."""
+    where = path if os.path.isdir(path) else os.path.dirname(path)
+    while where and not os.path.isdir(where):
+        where = os.path.dirname(where)
+    return shutil.disk_usage(where or ".").free
 
 
 def disk_full_failure(task: str, model_dir: str, exc: BaseException) -> PermanentFailure:
@@ -83,13 +107,9 @@ def disk_full_failure(task: str, model_dir: str, exc: BaseException) -> Permanen
     path = re.sub(r"_temp(/.*)?$", "", re.sub(r"/temp-\d+(/.*)?$", "", path))
     remove_partial_writes(model_dir)
     newest = checkpoints.latest_checkpoint(model_dir)
-    exports = [e for base in glob.glob(os.path.join(glob.escape(model_dir), "export", "*"))
-               for e in checkpoints.exports_in(base)]
+    exports = _exports_under(model_dir, temporary=False)
     needed = _size(exports[-1]) if export and exports else checkpoint_bytes(newest)
-    where = path if os.path.isdir(path) else os.path.dirname(path)
-    while where and not os.path.isdir(where):
-        where = os.path.dirname(where)
-    free = shutil.disk_usage(where or model_dir).free
+    free = _free_bytes(path if not storage.is_bucket(path) else ".")
     # The size of the last one written; before the first, only that it is more than what is free.
     needed_text = f"about {needed / _MB:.1f} MB" if needed else f"more than {free / _MB:.1f} MB"
     return PermanentFailure(ERR_DISK_FULL.format(

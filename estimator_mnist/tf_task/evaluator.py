@@ -12,12 +12,11 @@ as `validation_accuracy` and `validation_loss`, all under <model_dir>/eval.
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import tensorflow as tf
 
-from estimator_mnist import checkpoints
+from estimator_mnist import checkpoints, storage
 from estimator_mnist.config import Config
 from estimator_mnist.tf_model.export import export_checkpoint, keep_newest
 from estimator_mnist.tf_task.hooks import log
@@ -71,7 +70,7 @@ class SavedModelExporter(tf.estimator.Exporter):
         if self._loss_key == "loss" and not self._said_test:
             log(MSG_BEST_BY_TEST)
             self._said_test = True
-        exported = [r[self._loss_key] for r in checkpoints.read_eval_results(os.path.dirname(self._results_path))
+        exported = [r[self._loss_key] for r in checkpoints.read_eval_results(storage.parent(self._results_path))
                     if r.get("export") and r.get(self._loss_key) is not None]
         return not exported or loss < min(exported)
 
@@ -108,8 +107,9 @@ class SavedModelExporter(tf.estimator.Exporter):
             "final": bool(is_the_final_export),
             "time": evaluated_at,
         }
-        with open(self._results_path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+        # One whole line at the end (O_APPEND on a disk; a generation-matched rewrite on a bucket), whatever
+        # else appends: the storage layer's.
+        storage.append_line(self._results_path, json.dumps(record))
         held_out = (f"validation_accuracy={validation['validation_accuracy']:.4f} "
                     f"validation_loss={validation['validation_loss']:.4f} " if validation else "")
         log(f"evaluation: global_step={step} test_accuracy={record['accuracy']:.4f} test_loss={loss:.4f} "
@@ -121,7 +121,7 @@ def exporter(config: Config, validation_input_fn=None) -> tf.estimator.Exporter:
     """The exporter of every evaluation; `validation_input_fn` scores the validation split too (when there is one)."""
     evaluation = config.evaluation
     return SavedModelExporter(evaluation.export, config.model,
-                              os.path.join(config.model_dir, checkpoints.EVAL_RESULTS_FILE),
+                              storage.join(config.model_dir, checkpoints.EVAL_RESULTS_FILE),
                               evaluation.exports_to_keep, best_only=evaluation.export == "best",
                               validation_input_fn=validation_input_fn)
 
@@ -148,7 +148,7 @@ def evaluate_checkpoints(estimator: tf.estimator.Estimator, eval_spec: tf.estima
             result = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps, checkpoint_path=path,
                                         hooks=eval_spec.hooks)
             for export in eval_spec.exporters:
-                export.export(estimator, os.path.join(estimator.model_dir, "export", export.name), path, result, final)
+                export.export(estimator, storage.join(estimator.model_dir, "export", export.name), path, result, final)
             evaluated = path
             if final:
                 return result

@@ -22,7 +22,6 @@ that, Ctrl-C is 130 as always (KeyboardInterrupt, cli.py).
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
@@ -33,7 +32,7 @@ import tensorflow as tf
 from estimator_mnist import checkpoints
 from estimator_mnist.config.schema import TrainingConfig
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, SUCCESS_EXIT_CODE
-from estimator_mnist.preemption_mark import MARK_FILE, write_mark
+from estimator_mnist.preemption_mark import has_mark, write_mark
 from estimator_mnist.tf_task.hooks import log
 from estimator_mnist.tf_task.teardown import exit_now
 
@@ -46,7 +45,10 @@ def _stop_saved(model_dir: str, step: int, marked: bool) -> bool:
     latest = checkpoints.latest_step(model_dir)
     if latest is None or latest < step:
         return False
-    return not marked or latest > step or os.path.exists(os.path.join(model_dir, MARK_FILE))
+    try:
+        return not marked or latest > step or has_mark(model_dir)
+    except OSError:  # a storage that fails to answer now: looked at again at the next poll
+        return False
 
 
 def wait_for_stop_checkpoint(preemption: "Preemption", model_dir: str, secs: float, sleep=time.sleep,

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import tensorflow as tf
 
-from estimator_mnist import checkpoints
+from estimator_mnist import checkpoints, storage
 from estimator_mnist.tf_task.checkpoint_repair import fall_back_to_intact
 from estimator_mnist.config import PS_STRATEGIES, Config, TaskId
 from estimator_mnist.tf_task.data import VALIDATION_SPLIT, input_fn
@@ -206,7 +206,7 @@ def run_task(spec: TaskSpec, priority: str = "unchanged", ready_fd=None) -> int:
     config, plan, task = spec.config, spec.plan, spec.plan.task
     log(first_log_line(spec))
     if task.type != "ps":  # every task that restores agrees on the checkpoint, before TensorFlow reads it
-        fall_back_to_intact(config.model_dir, log)
+        fall_back_to_intact(config.model_dir, log, writer=plan.is_chief)  # only the writer repairs
     finished_step = checkpoints.latest_step(config.model_dir)
     if not task.is_evaluator and finished_step is not None and finished_step >= config.training.max_steps:
         # Starting a server here would leave the peers waiting for a chief that skips training (and a ps
@@ -214,7 +214,7 @@ def run_task(spec: TaskSpec, priority: str = "unchanged", ready_fd=None) -> int:
         log(f"task {task}: model_dir already holds step {finished_step} >= max_steps "
             f"{config.training.max_steps}; nothing to train. Raise training.max_steps to continue.")
         return 0
-    os.makedirs(config.model_dir, exist_ok=True)
+    storage.makedirs(config.model_dir)  # a no-op on a bucket, where names need no directory
     _configure_logging(task)
     preemption = Preemption(str(task), config.training.preemption_grace_secs, graceful=task.is_trainer,
                             # A process that evaluates itself has more to do after its final checkpoint.

@@ -17,12 +17,11 @@ all-reduce (RecvBuf) is the only place its size is given ("[3.1MB] ...").
 
 from __future__ import annotations
 
-import json
-import os
 import re
 
 import tensorflow as tf
 
+from estimator_mnist import storage
 from estimator_mnist.config import TaskId
 from estimator_mnist.tasklog import log
 
@@ -30,7 +29,7 @@ TRACES_DIR = "traces"
 
 
 def trace_path(directory: str, task: TaskId, step: int) -> str:
-    return os.path.join(directory, TRACES_DIR, f"{task.type}-{task.index}-step-{step}.json")
+    return storage.join(directory, TRACES_DIR, f"{task.type}-{task.index}-step-{step}.json")
 
 
 # "classic_cnn/conv2d/Relu = _MklNativeFusedConv2D(...)", after an optional "[mklcpu 6.1MB 6.1MB] ".
@@ -69,8 +68,7 @@ class StepTraceHook(tf.compat.v1.train.SessionRunHook):
     def after_run(self, run_context, run_values):
         if self._local_step != self._step or run_values.run_metadata is None:
             return
-        os.makedirs(os.path.dirname(self._path), exist_ok=True)
-        with open(self._path, "w", encoding="utf-8") as out:
-            json.dump(chrome_trace(run_values.run_metadata.step_stats), out)
+        # Whole or not at all (a reader never sees half a trace), on a disk or a bucket alike.
+        storage.write_json(self._path, chrome_trace(run_values.run_metadata.step_stats))
         log(f"traced local step {self._step}: {self._path} (open it in chrome://tracing or ui.perfetto.dev, or "
             f"summarise it with benchmarks/step_timeline.py)")

@@ -27,13 +27,12 @@ this file stays the index:
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import threading
 import time
 
 import tensorflow as tf
 
+from estimator_mnist import storage
 
 READY_POLL_SECS = 1.0
 
@@ -282,7 +281,8 @@ def remove_collective_scratch(model_dir: str, task) -> None:
     tests/e2e/test_two_workers_run.py::test_tensorboard_shows_one_training_run_with_images_per_sec_and_the_evaluations.
     """
     tf.compat.v1.summary.FileWriterCache.clear()  # closes the writers, which would re-create their files
-    shutil.rmtree(os.path.join(model_dir, f"tmp_{task.type}_{task.index}"), ignore_errors=True)
+    with contextlib.suppress(OSError):  # housekeeping: a copy left behind costs space, not correctness
+        storage.rmtree(storage.join(model_dir, f"tmp_{task.type}_{task.index}"))
 
 
 @contextlib.contextmanager
