@@ -116,7 +116,7 @@ class GcsStore:
 
     def _list(self, path: str, delimiter: Optional[str]):
         bucket, name = split(path)
-        prefix = f"{name}/" if name else ""
+        prefix = f"{name.rstrip('/')}/" if name.rstrip("/") else ""
         with mapped(path):
             pages = client().list_blobs(bucket, prefix=prefix, delimiter=delimiter, timeout=REQUEST_SECS,
                                         retry=_retry())
@@ -133,7 +133,7 @@ class GcsStore:
     def isdir(self, path: str) -> bool:
         bucket, name = split(path)
         with mapped(path):
-            pages = client().list_blobs(bucket, prefix=f"{name}/" if name else "", max_results=1,
+            pages = client().list_blobs(bucket, prefix=f"{name.rstrip('/')}/" if name.rstrip("/") else "", max_results=1,
                                         timeout=REQUEST_SECS, retry=_retry())
             return any(True for _ in pages)
 

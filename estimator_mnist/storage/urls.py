@@ -42,10 +42,11 @@ def is_bucket(path) -> bool:
 
 
 def split(path: str) -> Tuple[str, str]:
-    """('bucket', 'object/name') of gs://bucket/object/name; the name has no leading or trailing slash."""
+    """('bucket', 'object/name') of gs://bucket/object/name, the name exactly as given (a directory's marker
+    object, which TensorFlow's gs:// makes, ends with '/')."""
     rest = _URL.match(path)["rest"]
     bucket, _, name = rest.partition("/")
-    return bucket, name.strip("/")
+    return bucket, name
 
 
 def join(path, *parts: str) -> str:
@@ -79,6 +80,7 @@ def check_url(value: str, file: str, key: str, bucket_ok: bool = True, local_why
     if not bucket_ok:
         raise UsageError(ERR_LOCAL_ONLY.format(file=file, key=key, path=value, why=local_why))
     bucket, name = split(value)
+    name = name.rstrip("/")
     if not _BUCKET.match(bucket) or ".." in bucket:
         why = "no bucket" if not bucket else f"{bucket!r} is no valid bucket name"
         raise UsageError(ERR_BUCKET.format(file=file, key=key, path=value, why=why))

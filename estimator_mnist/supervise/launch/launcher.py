@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from estimator_mnist import checkpoints
+from estimator_mnist.storage import is_bucket
 from estimator_mnist.config import Config, timeouts
 from estimator_mnist.mnist_data.prepare import ERR_NOT_PREPARED, is_prepared
 from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE, UsageError
@@ -59,7 +60,9 @@ class Launcher:
                                    p.ended) for t, p in group.processes.items()))
 
     def _make_private_dirs(self) -> None:
-        for path in (Path(self.config.run_dir), self.group.log_dir, Path(self.config.model_dir)):
+        # A bucket has no directories to make, nor modes: its access is the bucket's (docs/storage.md).
+        local = () if is_bucket(self.config.model_dir) else (Path(self.config.model_dir),)
+        for path in (Path(self.config.run_dir), self.group.log_dir, *local):
             existed = path.exists()
             path.mkdir(mode=0o750, parents=True, exist_ok=True)
             mode = path.stat().st_mode & 0o777
