@@ -176,6 +176,7 @@ def cmd_summary(args) -> int:
 def cmd_tfjob(args) -> int:
     from pathlib import Path
 
+    from estimator_mnist.kubeflow.pod_storage import PodStorage
     from estimator_mnist.kubeflow.tfjob import manifest
 
     config = load(args)
@@ -188,7 +189,11 @@ def cmd_tfjob(args) -> int:
         text = (f"# {args.cluster} with {' '.join('--set ' + o for o in args.overrides)}\n"
                 + yaml.safe_dump(apply_overrides(read_yaml(args.cluster), args.overrides), sort_keys=False))
     name = args.name or Path(args.cluster).stem.lower().replace("_", "-")
-    print(manifest(config, text, args.cluster, args.image, args.volume_claim, name, args.namespace), end="")
+    # No preflight here: the pods reach the bucket with their own credentials (the flags), not this machine's,
+    # and each checks it before its task starts.
+    storage = PodStorage(claim=args.volume_claim, service_account=args.service_account,
+                         gcp_service_account=args.gcp_service_account, credentials_secret=args.credentials_secret)
+    print(manifest(config, text, args.cluster, args.image, storage, name, args.namespace), end="")
     return 0
 
 
