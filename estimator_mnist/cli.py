@@ -73,8 +73,14 @@ def _add_model_and_kubernetes_commands(add) -> None:
             "that run the cluster file under Kubeflow's training-operator")
     p.add_argument("--cluster", required=True, metavar="FILE", help="the cluster YAML")
     p.add_argument("--image", required=True, help="a container image with estimator_mnist installed (Dockerfile)")
-    p.add_argument("--volume-claim", required=True, metavar="PVC",
-                   help="a ReadWriteMany PersistentVolumeClaim for model_dir, run_dir and the data")
+    p.add_argument("--volume-claim", metavar="PVC", help="a ReadWriteMany PersistentVolumeClaim for model_dir, "
+                   "run_dir and the data; required unless model_dir is gs://BUCKET/PATH")
+    p.add_argument("--service-account", metavar="KSA", help="with a gs:// model_dir: the pods' Kubernetes "
+                   "ServiceAccount (Workload Identity), e.g. mnist-trainer; 'default' for the namespace's own")
+    p.add_argument("--gcp-service-account", metavar="GSA", help="with --service-account: write that ServiceAccount, "
+                   "annotated iam.gke.io/gcp-service-account=GSA (NAME@PROJECT.iam.gserviceaccount.com)")
+    p.add_argument("--credentials-secret", metavar="SECRET", help="with a gs:// model_dir: a Secret whose key.json "
+                   "is a service account key, mounted and named by GOOGLE_APPLICATION_CREDENTIALS")
     p.add_argument("--name", help="the TFJob's name (default: the YAML's name, e.g. two-workers)")
     p.add_argument("--namespace", default="default")
     p.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE", default=[],

@@ -17,6 +17,8 @@ import sys
 from estimator_mnist.errors import FAILURE_EXIT_CODE, UsageError
 
 ERR_SPEC_ALONE = "train --spec FILE takes no other input flags (got {flags}): the spec holds the whole task"
+NOTE_OFFLINE = ("{file}: not checked offline: that the bucket of model_dir {url} exists and that this machine has "
+                "credentials for it (launch, train and slurm check both before any task starts)")
 PREPARE_LOG = "prepare-data.log"  # in data_dir: TensorFlow's and TFDS's output while preparing
 
 
@@ -35,7 +37,19 @@ def cmd_validate(args) -> int:
     config = load(args)
     tasks = ", ".join(str(t) for t in config.cluster.tasks())
     print(f"{args.cluster}: ok ({config.strategy}; tasks {tasks}; max_steps {config.training.max_steps})")
+    from estimator_mnist.storage import is_bucket
+
+    if is_bucket(config.model_dir):
+        print(NOTE_OFFLINE.format(file=args.cluster, url=config.model_dir))
     return 0
+
+
+def preflight(config) -> None:
+    """Before any task starts or anything is written: a gs:// model_dir's bucket exists and this process's
+    credentials reach it (storage.check_bucket: exit 2 for either, exit 1 when access is refused)."""
+    from estimator_mnist.storage import check_bucket
+
+    check_bucket(config.model_dir)
 
 
 def cmd_tf_config(args) -> int:
@@ -80,6 +94,7 @@ def cmd_train(args) -> int:
     # The one place the plan is applied, before anything else: env, cores, umask, CPU priority; the task's
     # TensorFlow process inherits them.
     apply_to_this_process(spec.plan)
+    preflight(spec.config)
     if resolved is not None:
         from estimator_mnist.supervise.manager_start import start_allowed
 
@@ -101,6 +116,7 @@ def cmd_launch(args) -> int:
     from estimator_mnist.supervise.launch import launch
 
     config = load(args)
+    preflight(config)
     return launch(config, cluster_file=os.path.abspath(args.cluster), quiet=args.quiet)
 
 
@@ -160,6 +176,7 @@ def cmd_summary(args) -> int:
 def cmd_tfjob(args) -> int:
     from pathlib import Path
 
+    from estimator_mnist.kubeflow.pod_storage import PodStorage
     from estimator_mnist.kubeflow.tfjob import manifest
 
     config = load(args)
@@ -172,7 +189,11 @@ def cmd_tfjob(args) -> int:
         text = (f"# {args.cluster} with {' '.join('--set ' + o for o in args.overrides)}\n"
                 + yaml.safe_dump(apply_overrides(read_yaml(args.cluster), args.overrides), sort_keys=False))
     name = args.name or Path(args.cluster).stem.lower().replace("_", "-")
-    print(manifest(config, text, args.cluster, args.image, args.volume_claim, name, args.namespace), end="")
+    # No preflight here: the pods reach the bucket with their own credentials (the flags), not this machine's,
+    # and each checks it before its task starts.
+    storage = PodStorage(claim=args.volume_claim, service_account=args.service_account,
+                         gcp_service_account=args.gcp_service_account, credentials_secret=args.credentials_secret)
+    print(manifest(config, text, args.cluster, args.image, storage, name, args.namespace), end="")
     return 0
 
 
@@ -182,7 +203,10 @@ def cmd_slurm(args) -> int:
     options = SbatchOptions(job_name=args.job_name, partition=args.partition, time=args.time, account=args.account,
                             nodes=args.nodes, cpus_per_task=args.cpus_per_task, gpus_per_task=args.gpus_per_task,
                             data_shared=args.data_shared, extra=tuple(args.sbatch_options))
-    print(render(load(args), args.cluster, args.overrides or (), options), end="")
+    config = load(args)
+    text = render(config, args.cluster, args.overrides or (), options)  # every refusal of the flags first
+    preflight(config)  # the login node's credentials are the job's own: a bucket missing is found before sbatch
+    print(text, end="")
     return 0
 
 

@@ -10,7 +10,7 @@ import threading
 from typing import Dict, List, Optional, Tuple
 
 from estimator_mnist import storage
-from estimator_mnist.storage.errors import StorageDenied, StorageUnavailable
+from estimator_mnist.storage.errors import ERR_NO_BUCKET, StorageDenied, StorageUnavailable, StorageUsageError
 
 
 class MemoryBucketStore:
@@ -20,6 +20,7 @@ class MemoryBucketStore:
         self.objects: Dict[str, Tuple[bytes, int]] = {}  # url -> (bytes, generation)
         self.denied: set = set()  # urls whose access is refused
         self.failing: Dict[str, int] = {}  # url -> how many more operations fail as unavailable
+        self.absent: set = set()  # bucket names that do not exist (check_bucket's preflight refuses them)
         self._lock = threading.Lock()
         self._generation = 0
 
@@ -29,6 +30,12 @@ class MemoryBucketStore:
         if self.failing.get(path):
             self.failing[path] -= 1
             raise StorageUnavailable(f"{path}: the storage failed to serve it (503)")
+
+    def check_bucket(self, path: str) -> None:
+        bucket = path[len("gs://"):].split("/")[0]
+        if bucket in self.absent:
+            raise StorageUsageError(ERR_NO_BUCKET.format(path=path, bucket=bucket))
+        self._check(path)
 
     def read_versioned(self, path: str) -> Tuple[Optional[bytes], int]:
         self._check(path)

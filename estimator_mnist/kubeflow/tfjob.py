@@ -23,16 +23,17 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import List
 
 from estimator_mnist.config import Config, TaskId
 from estimator_mnist.errors import UsageError
+from estimator_mnist.kubeflow import pod_storage
+from estimator_mnist.kubeflow.pod_storage import PodStorage
 from estimator_mnist.supervise.restart_budget import JOB_ID_ENV
 
 KINDS = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
 CONTAINER, PORT_NAME, DEFAULT_PORT = "tensorflow", "tfjob-port", 2222
 JOB_LABEL = "training.kubeflow.org/job-name"  # the operator puts it on every pod of the job
-CONFIG_DIR, CONFIG_KEY, MOUNT = "/etc/estimator-mnist", "cluster.yaml", "/mnt/estimator-mnist"
+CONFIG_DIR, CONFIG_KEY = "/etc/estimator-mnist", "cluster.yaml"
 IMAGE_UID = 1000  # the Dockerfile's user
 MAX_NAME = 51  # "<name>-evaluator-0" must stay a pod name (DNS-1123) and "<name>-<type>-<i>" a service name (63)
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -69,44 +70,43 @@ def _port(config: Config, role: str) -> int:
     return config.cluster.address(TaskId(role, 0)).port
 
 
-def _paths(name: str) -> List[str]:
-    return ["--model-dir", f"{MOUNT}/{name}/model", "--run-dir", f"{MOUNT}/{name}/run",
-            "--data-dir", f"{MOUNT}/tensorflow_datasets"]
-
-
 def job_id(namespace: str, name: str) -> str:
     """The job's identity for its restart budget: a new one for every rendering, so a resubmission starts afresh."""
     return f"{namespace}/{name}/{uuid.uuid4().hex[:12]}"
 
 
-def _pod(config: Config, role: str, name: str, image: str, claim: str, client, job: str):
+def _pod(config: Config, role: str, name: str, image: str, storage: PodStorage, client, job: str):
     gpus = config.task_settings(TaskId(role, 0)).gpus
     limits = {"nvidia.com/gpu": str(len(gpus))} if gpus else None
-    mounts = [client.V1VolumeMount(name="cluster-yaml", mount_path=CONFIG_DIR, read_only=True),
-              client.V1VolumeMount(name="data", mount_path=MOUNT)]
+    parts = pod_storage.pod_parts(storage, client)
+    mounts = [client.V1VolumeMount(name="cluster-yaml", mount_path=CONFIG_DIR, read_only=True), *parts["mounts"]]
+    paths = pod_storage.path_flags(storage, config, name)
     trainer = client.V1Container(
         name=CONTAINER, image=image, volume_mounts=mounts,
-        command=["estimator-mnist", "train", "--cluster", f"{CONFIG_DIR}/{CONFIG_KEY}", *_paths(name)],
-        env=[client.V1EnvVar(name=JOB_ID_ENV, value=job)],
+        command=["estimator-mnist", "train", "--cluster", f"{CONFIG_DIR}/{CONFIG_KEY}", *paths],
+        env=[client.V1EnvVar(name=JOB_ID_ENV, value=job), *parts["env"]],
         ports=[client.V1ContainerPort(name=PORT_NAME, container_port=_port(config, role), protocol="TCP")],
         resources=client.V1ResourceRequirements(limits=limits) if limits else None)
     # prepare-data takes a lock on the volume, so every pod can run it: the first prepares, the others wait.
-    prepare = client.V1Container(name="prepare-data", image=image, volume_mounts=mounts,
-                                 command=["estimator-mnist", "prepare-data", "--data-dir", f"{MOUNT}/tensorflow_datasets"])
+    # Without a claim the image holds MNIST (prepared when it was built): nothing to prepare.
+    prepare = [client.V1Container(name="prepare-data", image=image, volume_mounts=mounts[:2],
+                                  command=["estimator-mnist", "prepare-data", "--data-dir", paths[-1]])
+               ] if storage.claim else None
     volumes = [client.V1Volume(name="cluster-yaml", config_map=client.V1ConfigMapVolumeSource(name=f"{name}-cluster")),
-               client.V1Volume(name="data", persistent_volume_claim=client.V1PersistentVolumeClaimVolumeSource(
-                   claim_name=claim))]
+               *parts["volumes"]]
     # The image runs as uid 1000 (Dockerfile); fsGroup makes the claimed volume writable for it.
     return client.V1PodTemplateSpec(spec=client.V1PodSpec(
-        containers=[trainer], init_containers=[prepare], volumes=volumes,
+        containers=[trainer], init_containers=prepare, volumes=volumes, service_account_name=parts["service_account"],
         security_context=client.V1PodSecurityContext(run_as_user=IMAGE_UID, fs_group=IMAGE_UID)))
 
 
-def build_objects(config: Config, yaml_text: str, file: str, image: str, claim: str, name: str,
+def build_objects(config: Config, yaml_text: str, file: str, image: str, storage: PodStorage, name: str,
                   namespace: str) -> list:
-    """[ConfigMap, TFJob, NetworkPolicy] as SDK model objects. UsageError for what a TFJob cannot express."""
+    """[ServiceAccount (with --gcp-service-account),] ConfigMap, TFJob and NetworkPolicy as SDK model objects.
+    UsageError for what a TFJob cannot express, and for flags that contradict model_dir or each other."""
     check_name(name)
     check_uniform_tasks(config, file)
+    pod_storage.check(storage, config, file)
     try:
         from kubeflow.training import models  # pylint: disable=import-outside-toplevel
         from kubernetes import client  # pylint: disable=import-outside-toplevel
@@ -117,7 +117,7 @@ def build_objects(config: Config, yaml_text: str, file: str, image: str, claim: 
     counts = {role: sum(1 for t in config.cluster.tasks() if t.type == role) for role in KINDS}
     job = job_id(namespace, name)
     specs = {KINDS[role]: models.KubeflowOrgV1ReplicaSpec(
-                 replicas=count, restart_policy=policy, template=_pod(config, role, name, image, claim, client, job))
+                 replicas=count, restart_policy=policy, template=_pod(config, role, name, image, storage, client, job))
              for role, count in counts.items() if count}
     run_policy = models.KubeflowOrgV1RunPolicy(
         clean_pod_policy="Running",  # nothing runs on after success; finished pods keep their logs
@@ -139,14 +139,17 @@ def build_objects(config: Config, yaml_text: str, file: str, image: str, claim: 
             ingress=[client.V1NetworkPolicyIngressRule(
                 _from=[client.V1NetworkPolicyPeer(pod_selector=own_pods)],
                 ports=[client.V1NetworkPolicyPort(protocol="TCP", port=p) for p in ports])]))
-    return [config_map, job, network]
+    account = pod_storage.service_account(storage, namespace, client)
+    return ([account] if account else []) + [config_map, job, network]
 
 
-def manifest(config: Config, yaml_text: str, file: str, image: str, claim: str, name: str, namespace: str) -> str:
-    """The objects as YAML documents, ready for `kubectl apply -f -`."""
+def manifest(config: Config, yaml_text: str, file: str, image: str, storage, name: str, namespace: str) -> str:
+    """The objects as YAML documents, ready for `kubectl apply -f -`. `storage`: a PodStorage, or the name of
+    the volume claim alone."""
     import yaml  # pylint: disable=import-outside-toplevel
 
-    objects = build_objects(config, yaml_text, file, image, claim, name, namespace)
+    storage = storage if isinstance(storage, PodStorage) else PodStorage(claim=storage)
+    objects = build_objects(config, yaml_text, file, image, storage, name, namespace)
     from kubernetes.client import ApiClient  # pylint: disable=import-outside-toplevel
 
     dicts = [ApiClient().sanitize_for_serialization(o) for o in objects]
@@ -163,5 +166,6 @@ def manifest(config: Config, yaml_text: str, file: str, image: str, claim: str, 
               f"# Under restartPolicy ExitCode the operator re-creates failed pods, which backoffLimit does not count:\n"
               f"# the tasks enforce restart.max_restarts themselves, per {JOB_ID_ENV} (render anew to resubmit):\n"
               f"# a preemption (SIGTERM, the checkpoint of the stop step saved) never counts; max_restarts bounds\n"
-              f"# the failures in a row without a newer checkpoint, then every task exits 1 (model_dir/restart_budget.json).\n")
+              f"# the failures in a row without a newer checkpoint, then every task exits 1 (model_dir/restart_budget.json).\n"
+              + pod_storage.header(storage, config, namespace))
     return header + yaml.dump_all(dicts, Dumper=Dumper, sort_keys=False, default_flow_style=False)

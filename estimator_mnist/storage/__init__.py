@@ -37,6 +37,15 @@ def store_for(path):
     return _LOCAL
 
 
+def check_bucket(path) -> None:
+    """Preflight of a gs:// model_dir before any task starts (nothing for a local path): the bucket exists and
+    this process has credentials for it, else one line: StorageUsageError (exit 2) for no bucket or no usable
+    credentials, StorageDenied (exit 1) naming the URL when access is refused. It reaches the server that
+    TensorFlow's gs:// file system and the rest of the layer reach (STORAGE_EMULATOR_HOST included)."""
+    if is_bucket(str(path)):
+        store_for(path).check_bucket(str(path))
+
+
 def read_bytes(path) -> bytes:
     return store_for(path).read_bytes(str(path))
 
@@ -117,6 +126,6 @@ def write_if_version(path, data: bytes, version: int) -> Optional[int]:
     return store_for(path).write_if_version(str(path), data, version)
 
 
-__all__ = ["append_line", "basename", "exists", "is_bucket", "isdir", "isfile", "join", "listdir", "makedirs",
+__all__ = ["append_line", "basename", "check_bucket", "exists", "is_bucket", "isdir", "isfile", "join", "listdir", "makedirs",
            "move", "parent", "read_bytes", "read_json", "read_text", "read_versioned", "remove", "rmtree",
            "store_for", "write_atomic", "write_if_version", "write_json"]

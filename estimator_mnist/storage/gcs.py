@@ -43,8 +43,9 @@ def _import_storage():
     return storage, exceptions, retry, _should_retry
 
 
-def client():
-    """This process's client (made on first use)."""
+def client(path: str = "gs://"):
+    """This process's client (made on first use); `path` names what needed it in the error of missing
+    credentials."""
     with _client_lock:
         made = _clients.get(os.getpid())
         if made is None:
@@ -54,9 +55,30 @@ def client():
                 # A project only names where new buckets go; this product lists and writes objects only.
                 made = storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT") or "<none>")
             except auth_errors.DefaultCredentialsError as exc:
-                raise StorageUsageError(ERR_NO_CREDENTIALS.format(path="gs://", problem=problem_text(exc)))
+                raise StorageUsageError(ERR_NO_CREDENTIALS.format(path=path, problem=problem_text(exc))) from None
             _clients[os.getpid()] = made
         return made
+
+
+def check_bucket(url: str) -> None:
+    """Preflight, before any task starts: the bucket of `url` exists and this process has credentials that may
+    list it. It lists at most one object under the URL's prefix rather than reading the bucket's metadata
+    (storage.buckets.get), which roles/storage.objectAdmin, enough for everything else, does not grant.
+    No bucket, no credentials or credentials that cannot be used: StorageUsageError (exit 2); access refused:
+    StorageDenied naming the URL (exit 1); a storage that fails to serve: StorageUnavailable (exit 200)."""
+    _, exceptions, _, _ = _import_storage()
+    import google.auth.exceptions as auth_errors  # pylint: disable=import-outside-toplevel
+    bucket, name = split(url)
+    try:
+        with mapped(url):
+            try:
+                pages = client(url).list_blobs(bucket, prefix=f"{name}/" if name else "", max_results=1,
+                                               timeout=REQUEST_SECS, retry=_retry())
+                any(True for _ in pages)
+            except exceptions.NotFound:
+                raise StorageUsageError(ERR_NO_BUCKET.format(path=url, bucket=bucket)) from None
+    except auth_errors.RefreshError as exc:  # a key revoked, a Workload Identity binding missing
+        raise StorageUsageError(ERR_NO_CREDENTIALS.format(path=url, problem=problem_text(exc))) from None
 
 
 def _retry():
@@ -99,6 +121,9 @@ class GcsStore:
 
     def read_bytes(self, path: str) -> bytes:
         return self.read_versioned(path, missing_ok=False)[0]
+
+    def check_bucket(self, path: str) -> None:
+        check_bucket(path)
 
     def write_atomic(self, path: str, data: bytes, durable: bool = False) -> None:
         del durable  # an object is durable once the upload is answered

@@ -10,12 +10,12 @@ run's TensorBoard events, read with TensorBoard's own reader.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Dict, List, Optional
 
-from estimator_mnist import checkpoints
+from estimator_mnist import checkpoints, storage
 from estimator_mnist.errors import UsageError
-from estimator_mnist.storage import read_json
+from estimator_mnist.storage import is_bucket, join, read_json
+from estimator_mnist.storage.urls import check_url
 from estimator_mnist.progress import PROGRESS_DIR, read_progress
 from estimator_mnist.startup_noise import before_import
 
@@ -24,20 +24,22 @@ ERR_NOT_A_RUN = ("{path}: neither a run directory nor a model_dir (no run_summar
                  "checkpoint there or in {path}/model); give the run_dir or model_dir of a run")
 
 
-def _is_model_dir(path: Path) -> bool:
-    return (path / checkpoints.EVAL_RESULTS_FILE).is_file() or (path / "checkpoint").is_file()
+def _is_model_dir(path: str) -> bool:
+    return storage.isfile(join(path, checkpoints.EVAL_RESULTS_FILE)) or storage.isfile(join(path, "checkpoint"))
 
 
 def locate(path: str):
-    """(launcher summary or {}, model_dir, run_dir or None) for a run directory or a model_dir."""
-    base = Path(path)
-    launched = read_json(base / "run_summary.json") or {}
-    candidates = [Path(launched["model_dir"])] if launched.get("model_dir") else []
-    model_dir = next((d for d in candidates + [base, base / "model"] if _is_model_dir(d)), None)
+    """(launcher summary or {}, model_dir, the directory of the progress records or None) for a run directory
+    or a model_dir, local or gs:// (a run directory is local; with a bucket model_dir the records are there:
+    Config.records_dir). Another scheme: one line naming gs://."""
+    base = check_url(path, "summary", "RUN_DIR") or path
+    launched = {} if is_bucket(base) else read_json(join(base, "run_summary.json")) or {}
+    candidates = [launched["model_dir"]] if launched.get("model_dir") else []
+    model_dir = next((str(d) for d in candidates + [base, join(base, "model")] if _is_model_dir(d)), None)
     if model_dir is None:
         raise UsageError(ERR_NOT_A_RUN.format(path=path))
-    run_dir = Path(launched.get("run_dir") or base)
-    return launched, model_dir, run_dir if (run_dir / PROGRESS_DIR).is_dir() else None
+    records_dir = model_dir if is_bucket(model_dir) else launched.get("run_dir") or base
+    return launched, model_dir, records_dir if storage.isdir(join(records_dir, PROGRESS_DIR)) else None
 
 
 def steady_rate(record: dict) -> Optional[float]:
@@ -48,7 +50,7 @@ def steady_rate(record: dict) -> Optional[float]:
     return (times[-1][0] - times[0][0]) * per_step / (times[-1][1] - times[0][1])
 
 
-def from_events(model_dir: Path) -> dict:
+def from_events(model_dir: str) -> dict:
     """First-step time and images/s of the training run from its TensorBoard events (imports TensorFlow)."""
     before_import()
     from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=import-outside-toplevel
@@ -62,9 +64,10 @@ def from_events(model_dir: Path) -> dict:
 
 
 def collect(path: str) -> dict:
-    launched, model_dir, run_dir = locate(path)
-    evaluations = checkpoints.read_eval_results(str(model_dir))
-    records = read_progress(str(run_dir)) if run_dir else {}
+    launched, model_dir, records_dir = locate(path)
+    evaluations = checkpoints.read_eval_results(model_dir)
+    records = read_progress(records_dir) if records_dir else {}
+    run_dir = launched.get("run_dir") if is_bucket(model_dir) else records_dir  # the logs' (local) directory
     if records:
         per_task = {name: steady_rate(r) for name, r in sorted(records.items())}
         first = min((r["first_step_time"] for r in records.values() if r.get("first_step_time")), default=None)
@@ -86,8 +89,8 @@ def collect(path: str) -> dict:
     exports = [r["export"] for r in evaluations if r.get("export")]
     precision = next((r["precision"] for _, r in sorted(records.items()) if r.get("precision")), None)
     return {
-        "run_dir": str(run_dir) if run_dir else None, "model_dir": str(model_dir), "status": status,
-        "global_step": checkpoints.latest_step(str(model_dir)),
+        "run_dir": run_dir, "model_dir": model_dir, "status": status,
+        "global_step": checkpoints.latest_step(model_dir),
         "accuracy": (final or (evaluations[-1] if evaluations else {})).get("accuracy"),
         "validation_accuracy": (final or (evaluations[-1] if evaluations else {})).get("validation_accuracy"),
         "images_per_sec": timing["images_per_sec"], "images_per_sec_by_task": timing["per_task"],

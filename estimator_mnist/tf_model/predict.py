@@ -19,7 +19,9 @@ import numpy as np
 
 from estimator_mnist import checkpoints
 from estimator_mnist.errors import UsageError
-from estimator_mnist.storage import read_json
+from estimator_mnist.storage import basename, is_bucket, read_json
+from estimator_mnist.storage.urls import check_url
+from estimator_mnist.tf_model import bucket_exports
 from estimator_mnist.mnist_data.idx_files import parse_idx
 from estimator_mnist.startup_noise import before_import
 
@@ -55,26 +57,30 @@ def _exports_of(model_dir: Path) -> List[str]:
 
 def export_candidates(path: str) -> List[str]:
     """Every finished export that `path` names: the directory itself if it is one, else those of an export base
-    (an ensemble's), of a model_dir, or of a run directory's model_dir. `serve` polls this for newer ones."""
+    (an ensemble's), of a model_dir, or of a run directory's model_dir. `serve` polls this for newer ones.
+    A gs:// path (or a run directory's gs:// model_dir) is listed through the storage layer."""
+    if is_bucket(path):
+        return bucket_exports.candidates(path)
     base = Path(path)
     if (base / SAVED_MODEL_FILE).is_file():
         return [str(base)]
     candidates = checkpoints.exports_in(str(base)) + _exports_of(base) + _exports_of(base / "model")
     model_dir = (read_json(base / "run_summary.json") or {}).get("model_dir")
     if model_dir:
-        candidates += _exports_of(Path(model_dir))
+        candidates += bucket_exports.candidates(model_dir) if is_bucket(model_dir) else _exports_of(Path(model_dir))
     return candidates
 
 
 def find_export(path: str) -> str:
     """An export directory itself, else the newest export in an export base (an ensemble's), of a model_dir, or of
-    a run directory's model_dir."""
-    if (Path(path) / SAVED_MODEL_FILE).is_file():
+    a run directory's model_dir; a gs:// URL names any of these but a run directory. Other schemes: one line."""
+    path = check_url(path, "predict", "--model") or path
+    if not is_bucket(path) and (Path(path) / SAVED_MODEL_FILE).is_file():
         return str(Path(path))
     candidates = export_candidates(path)
     if not candidates:
         raise UsageError(ERR_NO_EXPORT.format(path=path))
-    return max(candidates, key=lambda d: int(Path(d).name))
+    return max(candidates, key=lambda d: int(basename(d)))
 
 
 def _as_digits(file: str, array: np.ndarray) -> np.ndarray:
