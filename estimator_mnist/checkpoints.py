@@ -12,6 +12,8 @@ import re
 import time
 from typing import List, Optional
 
+from estimator_mnist import storage
+
 EVAL_RESULTS_FILE = "eval_results.jsonl"
 _LATEST = re.compile(r'^model_checkpoint_path:\s*"(?P<path>[^"]*)"', re.MULTILINE)
 _LISTED = re.compile(r'^(?:all_)?model_checkpoint_paths?:\s*"(?P<path>[^"]*)"', re.MULTILINE)
@@ -21,24 +23,22 @@ _STEP = re.compile(r"-(\d+)$")
 def latest_checkpoint(model_dir: str) -> Optional[str]:
     """The path the `checkpoint` index file names, if its files exist."""
     try:
-        with open(os.path.join(model_dir, "checkpoint"), encoding="utf-8") as handle:
-            match = _LATEST.search(handle.read())
-    except OSError:
+        match = _LATEST.search(storage.read_text(storage.join(model_dir, "checkpoint")))
+    except (OSError, UnicodeDecodeError):
         return None
     if not match:
         return None
     path = match["path"]
-    if not os.path.isabs(path):
-        path = os.path.join(model_dir, path)
-    return path if os.path.exists(path + ".index") else None
+    if not os.path.isabs(path) and not storage.is_bucket(path):
+        path = storage.join(model_dir, path)
+    return path if storage.exists(path + ".index") else None
 
 
 def listed_steps(model_dir: str) -> Optional[List[int]]:
     """The steps the `checkpoint` state file lists (newest and kept ones), or None when there is no state file
     to tell (missing, unreadable, naming no checkpoint)."""
     try:
-        with open(os.path.join(model_dir, "checkpoint"), encoding="utf-8") as handle:
-            paths = _LISTED.findall(handle.read())
+        paths = _LISTED.findall(storage.read_text(storage.join(model_dir, "checkpoint")))
     except (OSError, UnicodeDecodeError):
         return None
     steps = sorted({step for step in map(step_of, paths) if step is not None})
@@ -72,14 +72,14 @@ def read_eval_results(model_dir: str) -> List[dict]:
     """Every evaluation the evaluator recorded, oldest first; a line being written is skipped."""
     results = []
     try:
-        with open(os.path.join(model_dir, EVAL_RESULTS_FILE), encoding="utf-8") as handle:
-            for line in handle:
-                try:
-                    results.append(json.loads(line))
-                except ValueError:
-                    continue
+        text = storage.read_bytes(storage.join(model_dir, EVAL_RESULTS_FILE)).decode("utf-8", errors="replace")
     except OSError:
-        pass
+        return results
+    for line in text.splitlines():
+        try:
+            results.append(json.loads(line))
+        except ValueError:
+            continue
     return results
 
 
