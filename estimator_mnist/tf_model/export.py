@@ -54,7 +54,7 @@ def signature_defs(logits_of: Callable[[tf.Tensor], tf.Tensor]) -> dict:
 def _new_export_dir(export_base: str) -> str:
     # Serving loads the numerically greatest subdirectory: a second export in the same second takes the next number.
     stamp = int(time.time())
-    while os.path.exists(os.path.join(export_base, str(stamp))):
+    while tf.io.gfile.exists(os.path.join(export_base, str(stamp))):
         stamp += 1
     return os.path.join(export_base, str(stamp))
 
@@ -64,13 +64,16 @@ def write_saved_model(export_base: str, build: Callable[[], dict], restore: Call
     """Builds the graph (`build()` returns the signatures), restores its variables, writes <export_base>/<timestamp>.
 
     Written under a temporary name and renamed, so that Serving, which polls
-    the base directory, never loads a half-written export. `clear_devices`
+    the base directory, never loads a half-written export; through TensorFlow's
+    own file systems, so that export_base may be a gs:// URL (where a rename
+    is a copy then a delete of each object: GCS has no rename). `clear_devices`
     leaves the graph's device placements out of the export, so that it loads
     on a machine without those devices.
     """
     export_dir = _new_export_dir(export_base)
     temporary = os.path.join(export_base, f"temp-{os.path.basename(export_dir)}")
-    shutil.rmtree(temporary, ignore_errors=True)
+    if tf.io.gfile.exists(temporary):
+        tf.io.gfile.rmtree(temporary)
     with tf.Graph().as_default() as graph:
         signatures = build()
         with tf.compat.v1.Session(graph=graph, config=session_config) as session:
@@ -79,7 +82,7 @@ def write_saved_model(export_base: str, build: Callable[[], dict], restore: Call
             builder.add_meta_graph_and_variables(session, [tf.saved_model.SERVING], signature_def_map=signatures,
                                                  strip_default_attrs=True, clear_devices=clear_devices)
             builder.save()
-    os.rename(temporary, export_dir)
+    tf.io.gfile.rename(temporary, export_dir)
     return export_dir
 
 
