@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional
 
 from estimator_mnist import storage
 from estimator_mnist.config import TaskId, timeouts
-from estimator_mnist.errors import INTERRUPTED_EXIT_CODE
+from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, PermanentFailure, RetryableFailure, UsageError
 from estimator_mnist.plan.task_spec import spec_environment
 from estimator_mnist.supervise.process_group import (TaskProcess, affinity_of, describe_exit, start_pinned,
                                                      stop_processes)
@@ -182,10 +182,15 @@ class SweepRunner:
         except KeyboardInterrupt as exc:
             code = INTERRUPTED_EXIT_CODE
             self._stop_everything(f"interrupted by {exc.args[0] if exc.args else 'SIGINT'}")
+        except (RetryableFailure, PermanentFailure, UsageError):
+            # The records could not be written (named, records.storage_failure): stop the trials (they keep their
+            # checkpoints; the same command resumes them) rather than leave them running unrecorded.
+            stop_processes([process for process, _ in self.running.values()], self.stop_grace_secs)
+            raise
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            self.save(force=True)
+        self.save(force=True)
         return self._finish(code)
 
     def _finish(self, code: int) -> int:

@@ -208,3 +208,14 @@ def test_a_bucket_under_slurm_and_other_schemes_are_refused_in_one_line(tmp_path
                    lambda: ensemble_plan.plan_ensemble("hdfs://bkt/a", gpus=[])):
         with pytest.raises(UsageError, match=error_pattern(ERR_SCHEME)):
             refuse()
+
+
+def test_a_bucket_that_refuses_the_records_is_named_before_any_trial_starts(tmp_path, monkeypatch):
+    bucket = memory_bucket.install(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    url = "gs://bkt/sweeps/denied"
+    plan = _plan(tmp_path, url, slurm=False, parallel=1, allowed=[0], gpus=[])
+    bucket.denied.add(f"{url}/{records.SWEEP_FILE}")
+    with pytest.raises(PermanentFailure, match="refused access"):
+        run_sweep(plan, out=io.StringIO(), command_for=lambda t: ["true"], poll_secs=0.05)
+    assert not plan.trials[0].directory.exists()  # no trial started
