@@ -135,7 +135,8 @@ def _add_sweep_commands(add) -> None:
                                                      "the cores in sets of --cores-per-trial)")
     p.add_argument("--early-stop", choices=STOP_RULES, default="none",
                    help="median: stop a trial below the median of the others at the same step")
-    p.add_argument("--sweep-dir", metavar="DIR", help="where the trials and results go (default runs/sweep-<name>); "
+    p.add_argument("--sweep-dir", metavar="DIR", help="where the trials and results go (default runs/sweep-<name>), or gs://BUCKET/PATH "
+                                                      "(docs/sweeps.md); "
                                                       "the same command resumes the sweep there")
     _add_sweep_slurm_flags(p)
     p = add("sweep-status", commands.cmd_sweep_status, "a sweep's trials, their state and figures, from its records "

@@ -79,14 +79,19 @@ def config_from_dict(data, source: str, label: Optional[str] = None) -> Config:
 
 def read_yaml(path) -> dict:
     """The raw mapping of a YAML file, or a UsageError naming the file and the problem."""
-    import yaml  # Imported here so `--help` stays instant.
-
     file = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise UsageError(ERR_UNREADABLE.format(file=file, reason=reason)) from None
+    return parse_yaml(text, file)
+
+
+def parse_yaml(text: str, file: str) -> dict:
+    """The raw mapping of YAML text read from `file` (a trial.yaml read from a bucket), or a one-line UsageError."""
+    import yaml  # Imported here so `--help` stays instant.
+
     try:
         data = strict_load(text)
     except DuplicateKey as exc:

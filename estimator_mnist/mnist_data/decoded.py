@@ -22,6 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
+from estimator_mnist import storage
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -93,11 +95,13 @@ def write(data_dir, splits: Dict[str, Tuple["np.ndarray", "np.ndarray"]], source
         (staging / "manifest.json").write_text(json.dumps({"format": FORMAT, "source": source, "splits": counts},
                                                           indent=2) + "\n")
         os.chmod(staging, 0o755)
+        # Renames within data_dir (one file system, a local disk or NFS): through the storage layer, as every
+        # rename of a directory others read.
         if final.exists():
             old = Path(tempfile.mkdtemp(dir=data_dir, prefix=f".{DIRECTORY}-old-"))
-            final.rename(old / DIRECTORY)
-            shutil.rmtree(old)
-        staging.rename(final)
+            storage.move(str(final), str(old / DIRECTORY))
+            storage.rmtree(str(old))
+        storage.move(str(staging), str(final))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return final

@@ -12,7 +12,8 @@ Sources, tried in this order (the first that works wins):
    proxy settings), checked against its sha256, converted into the four
    standard files and prepared through the same TFDS path as 2.
 
-A file lock serialises concurrent callers, and TFDS writes the dataset into a
+A file lock (the storage layer's: flock, else its lease on a mount without
+flock, so never a traceback there) serialises concurrent callers, and TFDS writes the dataset into a
 temporary directory that it renames only when complete, so a half-written
 dataset never looks prepared. From the prepared dataset it then writes the
 decoded copy the tasks read (mnist_data/decoded.py), the same way. A run killed
@@ -24,7 +25,6 @@ what is missing (tests/e2e/test_prepare_data_killed.py).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import shutil
 import socket
 import tempfile
@@ -33,6 +33,7 @@ import urllib.parse
 from pathlib import Path
 
 from estimator_mnist.config import timeouts
+from estimator_mnist.storage import lock
 from estimator_mnist.mnist_data import decoded as decoded_mnist
 from estimator_mnist.errors import UsageError
 
@@ -40,6 +41,8 @@ SPLIT_SIZES = decoded_mnist.SPLIT_SIZES
 ERR_NO_SOURCE = "could not prepare MNIST in {data_dir}: {reasons}; put the four standard MNIST files in a directory and run 'estimator-mnist prepare-data --from-idx DIR'"
 ERR_PREPARED_BAD = "the prepared MNIST in {path} is incomplete or corrupt ({problem}); delete {path} and run 'estimator-mnist prepare-data' again"
 ERR_NOT_WRITABLE = "data_dir {data_dir} is not writable ({reason}); choose another data_dir in the YAML or with --data-dir"
+ERR_LOCK = ("cannot lock {path} ({reason}); data_dir must be on a file system this user can lock and write "
+            "(a local disk, or NFS/Lustre); choose another data_dir in the YAML or with --data-dir")
 ERR_NOT_PREPARED = ("MNIST is not prepared in {data_dir} ({reason}); run 'estimator-mnist prepare-data --data-dir {data_dir}' "
                     "on this machine before starting tasks (run_local.sh does it for you)")
 
@@ -95,17 +98,25 @@ def _prepare_by_download(data_dir: Path) -> None:
 
 @contextlib.contextmanager
 def prepare_lock(data_dir: Path, log):
-    lock_path = data_dir / ".estimator_mnist_prepare.lock"
-    with open(lock_path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"another prepare-data holds {lock_path}; waiting for it to finish")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
+    """Held while preparing: a second caller waits (and says so) for the first to finish."""
+    lock_path = str(data_dir / ".estimator_mnist_prepare.lock")
+    inside = False
+    try:
+        with lock.exclusive(lock_path, log, blocking=False) as taken:
+            if taken:
+                inside = True
+                yield
+                inside = False
+                return
+        log(f"another prepare-data holds {lock_path}; waiting for it to finish")
+        with lock.exclusive(lock_path, log):
+            inside = True
             yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            inside = False
+    except OSError as exc:
+        if inside:
+            raise
+        raise UsageError(ERR_LOCK.format(path=lock_path, reason=exc.strerror or exc)) from None
 
 
 # What a run killed before its end leaves in data_dir: its own temporary folders and files, and TFDS's.

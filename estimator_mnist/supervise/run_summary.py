@@ -65,9 +65,16 @@ def from_events(model_dir: str) -> dict:
 
 def collect(path: str) -> dict:
     launched, model_dir, records_dir = locate(path)
-    evaluations = checkpoints.read_eval_results(model_dir)
     records = read_progress(records_dir) if records_dir else {}
     run_dir = launched.get("run_dir") if is_bucket(model_dir) else records_dir  # the logs' (local) directory
+    return facts_of(str(model_dir), checkpoints.read_eval_results(str(model_dir)), records, launched, run_dir)
+
+
+def facts_of(model_dir: str, evaluations: List[dict], records: Dict[str, dict], launched: Optional[dict] = None,
+             run_dir=None) -> dict:
+    """A run's outcome from its evaluations (oldest first) and its trainers' progress records (none: from its
+    TensorBoard events); `launched` is launch's run summary, when there is one."""
+    launched = launched or {}
     if records:
         per_task = {name: steady_rate(r) for name, r in sorted(records.items())}
         first = min((r["first_step_time"] for r in records.values() if r.get("first_step_time")), default=None)

@@ -30,10 +30,9 @@ import sys
 import time
 from typing import List, Mapping, Optional
 
-from estimator_mnist import checkpoints
+from estimator_mnist import checkpoints, storage
 from estimator_mnist.config import timeouts
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, UsageError
-from estimator_mnist.storage import read_json
 from estimator_mnist.mnist_data.prepare import is_prepared
 from estimator_mnist.progress import read_progress
 from estimator_mnist.supervise.slurm_trial_step import TrialStep, gpus_from_slurm, own_cpus
@@ -106,7 +105,7 @@ class ArrayTask:
     def check(self) -> dict:
         """The sweep's record as this node sees it; UsageError for what this node cannot run."""
         sweep_dir = self.plan.sweep_dir
-        if read_json(sweep_dir / records.SWEEP_FILE) is None:
+        if records.read_record(sweep_dir) is None:  # missing; a read error is raised, named (records.py)
             raise UsageError(ERR_NOT_SHARED.format(dir=sweep_dir, node=self.node, file=records.SWEEP_FILE))
         record = records.load_or_start(sweep_dir, self.plan.identity, [])  # another sweep: one line, exit 2
         data_dir = self.trial.data["data_dir"]
@@ -192,7 +191,7 @@ class ArrayTask:
 
     def _trained_since(self, started: float) -> bool:
         """Whether the trial's TensorFlow process took a step since `started` (its progress record, on this node)."""
-        record = read_progress(str(self.trial.directory)).get(str(trials.TRIAL_TASK)) or {}
+        record = read_progress(self.trial.records_dir).get(str(trials.TRIAL_TASK)) or {}
         return (record.get("first_step_time") or 0) >= started
 
     def run(self) -> int:
@@ -201,7 +200,9 @@ class ArrayTask:
         if row["state"] in records.DONE_STATES:
             self.console.event(f"{self.trial.name} is already {row['state']}: nothing to run")
             return 0
-        with shared.trial_lock(self.trial.directory) as mine:
+        # A lock error that is not "held by another" (EIO, ESTALE: exit 200) is raised, named (shared.py); a mount
+        # without flock (ENOLCK) takes the storage layer's lease, with one line naming the error.
+        with shared.trial_lock(self.trial.records, log=self.console.event) as mine:
             if not mine:  # the same sweep submitted twice: never two runs of one trial in one directory
                 self.console.event(f"{self.trial.name} is being run by another array task (job "
                                    f"{row.get('job', '?')} on {row.get('node', '?')}): nothing to run here")
@@ -245,7 +246,7 @@ def final_table(console: SweepConsole, plan, record: dict) -> None:
     if best:
         row = next(r for r in record["trials"] if r["trial"] == best)
         console.event(f"best: {best} ({console.values_text(row['values'])}) {records.figures_text(row, plan.ranked_by)}"
-                      f"; its settings: {plan.sweep_dir / records.BEST_FILE}")
+                      f"; its settings: {storage.join(plan.sweep_dir, records.BEST_FILE)}")
 
 
 def failure_reason(trial: trials.Trial, code: int) -> str:

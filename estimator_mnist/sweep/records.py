@@ -15,13 +15,16 @@ chosen on.
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
-from pathlib import Path
+import os
 from typing import Dict, List, Optional
 
-from estimator_mnist.errors import UsageError
-from estimator_mnist.storage import read_json, write_json
+from estimator_mnist import storage
+from estimator_mnist.errors import PermanentFailure, RetryableFailure, UsageError
+from estimator_mnist.storage.errors import problem_text
+from estimator_mnist.storage.urls import check_url
 from estimator_mnist.sweep.space import as_overrides
 from estimator_mnist.sweep.stopping import NAMES
 
@@ -32,6 +35,15 @@ ERR_OTHER_SWEEP = ("{dir}: holds a different sweep (its {what} differ from this 
                    "--sweep-dir, or the same --cluster settings, --param, --samples and --seed to resume it")
 ERR_NOT_A_SWEEP = "{dir}: no {file} there; give the --sweep-dir of a sweep (estimator-mnist sweep)"
 RANKED_BY = NAMES  # how each figure a sweep can rank by is named to the user
+# A storage error of the sweep's records on a disk (a bucket's are named by the storage layer): a transient one
+# (an NFS server that did not answer, a stale handle) exits 200 so that a restart tries again; any other exits 1.
+TRANSIENT_ERRNOS = frozenset({errno.EIO, errno.ESTALE, errno.ETIMEDOUT, errno.EAGAIN, errno.EINTR,
+                              errno.ECONNRESET, errno.ECONNREFUSED, errno.EHOSTDOWN, errno.EHOSTUNREACH,
+                              errno.ENETUNREACH, errno.ENETDOWN, errno.EREMOTEIO})
+ERR_TRANSIENT = ("{path}: {doing} failed ({problem}, {code}); the storage failed for now: exiting with 200 "
+                 "(retryable) so that a restart (Slurm's requeue, the same command again) tries again")
+ERR_STORAGE = ("{path}: {doing} failed ({problem}, {code}); check that this node can read and write the sweep "
+               "directory (its permissions, free space, the mount), then run the same command again")
 ERR_TOP = ("--top {top}: the sweep in {dir} has {count} finished trial(s){which}; use --top {count} or less"
            "{hint}")
 
@@ -42,13 +54,40 @@ def identity(base_data: dict, param_texts, samples: Optional[int], seed: int) ->
                                  default=str))
 
 
+def location(sweep_dir: str) -> str:
+    """A --sweep-dir as the commands use it: a gs://BUCKET/PATH URL, or a local path made absolute; any other
+    scheme is refused in one line naming what works (never Path() on a URL: it collapses gs:// to gs:/)."""
+    return check_url(str(sweep_dir), "estimator-mnist", "--sweep-dir") or os.path.abspath(sweep_dir)
+
+
 def trial_name(index: int) -> str:
     return f"trial-{index:03d}"
 
 
-def load_or_start(sweep_dir: Path, ident: dict, trial_values: List[dict]) -> dict:
+def storage_failure(exc: OSError, path, doing: str) -> Exception:
+    """What a storage error of the sweep's records is, in one line: the storage layer's own errors as they are
+    (denied exit 1, unavailable exit 200, no bucket exit 2), a disk's transient errno a RetryableFailure (exit
+    200), any other a PermanentFailure (exit 1)."""
+    if isinstance(exc, (PermanentFailure, RetryableFailure, UsageError)):
+        return exc
+    code = errno.errorcode.get(exc.errno, "no errno") if exc.errno else "no errno"
+    text = ERR_TRANSIENT if exc.errno in TRANSIENT_ERRNOS else ERR_STORAGE
+    failure = RetryableFailure if exc.errno in TRANSIENT_ERRNOS else PermanentFailure
+    return failure(text.format(path=path, doing=doing, problem=problem_text(exc), code=code))
+
+
+def read_record(sweep_dir) -> Optional[dict]:
+    """sweep.json, or None when there is none (or it is no JSON object); a read error is raised as what it is."""
+    path = storage.join(sweep_dir, SWEEP_FILE)
+    try:
+        return storage.read_json(path)
+    except OSError as exc:
+        raise storage_failure(exc, path, "reading the sweep's record") from None
+
+
+def load_or_start(sweep_dir, ident: dict, trial_values: List[dict]) -> dict:
     """The sweep's record: the one on disk (same identity), or a new one with every trial pending."""
-    existing = read_json(sweep_dir / SWEEP_FILE)
+    existing = read_record(sweep_dir)
     if existing is not None:
         differ = [k for k in ("base", "params", "samples", "seed") if existing.get("identity", {}).get(k) != ident[k]]
         if differ:
@@ -60,12 +99,21 @@ def load_or_start(sweep_dir: Path, ident: dict, trial_values: List[dict]) -> dic
     return {"identity": ident, "trials": trials}
 
 
-def save(sweep_dir: Path, record: dict) -> None:
-    write_json(sweep_dir / SWEEP_FILE, record, indent=1)
+def _replace(path: str, data: str, what: str) -> None:
+    """`path` replaced whole (a unique temporary name, then a rename; an upload on a bucket): a reader on any node
+    sees the old file or the new one, never part of one."""
+    try:
+        storage.write_atomic(path, data)
+    except OSError as exc:
+        raise storage_failure(exc, path, f"writing {what}") from None
+
+
+def save(sweep_dir, record: dict) -> None:
+    _replace(storage.join(sweep_dir, SWEEP_FILE), json.dumps(record, indent=1) + "\n", "the sweep's record")
 
 
 def read_sweep(sweep_dir) -> dict:
-    record = read_json(Path(sweep_dir) / SWEEP_FILE)
+    record = read_record(sweep_dir)
     if record is None:
         raise UsageError(ERR_NOT_A_SWEEP.format(dir=sweep_dir, file=SWEEP_FILE))
     return record
@@ -143,16 +191,15 @@ def best_yaml(base_data: dict, base_file: str, best: dict, sweep_dir, batch: int
     return "\n".join(header) + yaml.safe_dump(data, sort_keys=False)
 
 
-def write_results(sweep_dir: Path, record: dict, thresholds, base_data: dict, base_file: str,
-                  batch_of: Dict[str, int]) -> Optional[Path]:
-    """sweep.csv, and best.yaml when a trial finished; returns best.yaml's path or None."""
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    (sweep_dir / CSV_FILE).write_text(csv_text(record, thresholds), encoding="utf-8")
+def write_results(sweep_dir, record: dict, thresholds, base_data: dict, base_file: str,
+                  batch_of: Dict[str, int]) -> Optional[str]:
+    """sweep.csv, and best.yaml when a trial finished, each replaced whole; returns best.yaml's path or None."""
+    _replace(storage.join(sweep_dir, CSV_FILE), csv_text(record, thresholds), CSV_FILE)
     ranked = best_trials(record)
     if not ranked:
         return None
     record["best"] = ranked[0]["trial"]
-    path = sweep_dir / BEST_FILE
-    path.write_text(best_yaml(base_data, base_file, ranked[0], sweep_dir, batch_of[ranked[0]["trial"]],
-                              ranked_by(record)), encoding="utf-8")
+    path = storage.join(sweep_dir, BEST_FILE)
+    _replace(path, best_yaml(base_data, base_file, ranked[0], sweep_dir, batch_of[ranked[0]["trial"]],
+                             ranked_by(record)), BEST_FILE)
     return path

@@ -1,5 +1,10 @@
 """`estimator-mnist sweep` itself: the plan checked before any trial starts, then the run on this machine, or the
-batch script of a Slurm job array (`--slurm`) that runs it on a cluster. No TensorFlow."""
+batch script of a Slurm job array (`--slurm`) that runs it on a cluster. No TensorFlow.
+
+--sweep-dir may be gs://BUCKET/PATH for a sweep on this machine: the records others read (sweep.json,
+sweep.csv, best.yaml, each trial's trial.yaml and model_dir) go to the bucket, and each trial's run_dir (its
+log, spec and run summary), which is always local, to runs/sweep-logs/BUCKET/PATH/<trial> (local_root).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,11 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from estimator_mnist import storage
 from estimator_mnist.config import config_from_dict, read_yaml
 from estimator_mnist.mnist_data.prepare import ERR_NOT_PREPARED, is_prepared
 from estimator_mnist.errors import UsageError
+from estimator_mnist.storage.urls import split
 from estimator_mnist.slurm.sweep_script import LOG_DIR, ArrayOptions, render
 from estimator_mnist.supervise.run_summary import THRESHOLDS
 from estimator_mnist.sweep import records, shared
@@ -21,10 +28,27 @@ from estimator_mnist.sweep.table import SweepConsole
 from estimator_mnist.sweep.trials import command, make_trial, write_trial_yaml
 
 ERR_SWEEP_DIR = "--sweep-dir {dir}: {reason}; give a directory this user can create and write"
+ERR_SLURM_BUCKET = ("--sweep-dir {dir}: a Slurm sweep keeps its records, the array tasks' output and the base YAML "
+                    "on a directory every node mounts (NFS, Lustre); give such a --sweep-dir with --slurm, or run "
+                    "the sweep on one machine (without --slurm), which keeps its records in the bucket")
+LOCAL_ROOT = ("runs", "sweep-logs")  # + BUCKET/PATH: the local run_dirs of a sweep whose directory is a bucket
 
 
 def default_sweep_dir(cluster_file: str) -> Path:
     return Path("runs", f"sweep-{Path(cluster_file).stem}")
+
+
+def sweep_location(sweep_dir: Optional[str], cluster_file: str, slurm: bool) -> tuple:
+    """(the sweep directory: an absolute path or a gs:// URL, the local root of its trials' run_dirs or None when
+    they are in the sweep directory itself); other schemes, and a bucket under Slurm, refused in one line."""
+    directory = records.location(sweep_dir or default_sweep_dir(cluster_file))
+    if not storage.is_bucket(directory):
+        return directory, None
+    url = directory
+    if slurm:
+        raise UsageError(ERR_SLURM_BUCKET.format(dir=url))
+    bucket, name = split(url)
+    return url, os.path.abspath(os.path.join(*LOCAL_ROOT, bucket, *name.split("/")))
 
 
 def build_plan(cluster_file: str, param_texts: Sequence[str], samples: Optional[int] = None, seed: int = 0,
@@ -38,8 +62,8 @@ def build_plan(cluster_file: str, param_texts: Sequence[str], samples: Optional[
     params = parse_params(param_texts)
     values = expand(params, samples, seed)
     devices = [] if slurm else choose_devices(devices_text, cores_per_trial, parallel, allowed, gpus)
-    directory = Path(os.path.abspath(sweep_dir or default_sweep_dir(cluster_file)))
-    trials = [make_trial(records.trial_name(i), v, directory, base_data, base_config.data_dir)
+    directory, local_root = sweep_location(sweep_dir, cluster_file, slurm)
+    trials = [make_trial(records.trial_name(i), v, directory, base_data, base_config.data_dir, local_root)
               for i, v in enumerate(values)]
     ident = records.identity(base_data, [p.text for p in params], samples, seed)
     return SweepPlan(directory, cluster_file, base_data, trials, devices, early_stop, ident, THRESHOLDS)
@@ -50,15 +74,17 @@ def run_sweep(plan: SweepPlan, out=None, command_for=None, **runner_options) -> 
     if command_for is None and not is_prepared(data_dir):
         raise UsageError(ERR_NOT_PREPARED.format(data_dir=data_dir, reason="no prepared dataset found"))
     try:
-        plan.sweep_dir.mkdir(parents=True, exist_ok=True)
+        storage.makedirs(plan.sweep_dir)  # nothing to make on a bucket
     except OSError as exc:
         raise UsageError(ERR_SWEEP_DIR.format(dir=plan.sweep_dir, reason=exc.strerror or exc)) from None
-    return SweepRunner(plan, SweepConsole(out), command_for or command, **runner_options).run()
+    runner = SweepRunner(plan, SweepConsole(out), command_for or command, **runner_options)
+    runner.save(force=True)  # before any trial starts: a bucket that is missing or denied is named now
+    return runner.run()
 
 
 def _make_dir(plan: SweepPlan) -> None:
     try:
-        (plan.sweep_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
+        os.makedirs(os.path.join(plan.sweep_dir, LOG_DIR), exist_ok=True)  # --slurm: a local directory
     except OSError as exc:
         raise UsageError(ERR_SWEEP_DIR.format(dir=plan.sweep_dir, reason=exc.strerror or exc)) from None
 
@@ -79,5 +105,5 @@ def array_script(plan: SweepPlan, sweep_args: Sequence[str], options: ArrayOptio
         note += "; every trial is done: each array task of this script exits 0 at once"
     print(note, file=err or sys.stderr, flush=True)
     grace = max(config_from_dict(t.data, t.name).training.preemption_grace_secs for t in plan.trials)
-    return render(list(sweep_args), str(plan.sweep_dir), left or list(range(len(plan.trials))), grace, options,
+    return render(list(sweep_args), plan.sweep_dir, left or list(range(len(plan.trials))), grace, options,
                   name=f"sweep-{Path(plan.base_file).stem.lower().replace('_', '-')}")

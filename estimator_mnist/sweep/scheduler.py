@@ -14,11 +14,11 @@ import os
 import signal
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
+from estimator_mnist import storage
 from estimator_mnist.config import TaskId, timeouts
-from estimator_mnist.errors import INTERRUPTED_EXIT_CODE
+from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, PermanentFailure, RetryableFailure, UsageError
 from estimator_mnist.plan.task_spec import spec_environment
 from estimator_mnist.supervise.process_group import (TaskProcess, affinity_of, describe_exit, start_pinned,
                                                      stop_processes)
@@ -49,7 +49,7 @@ def start_trial(trial: trials.Trial, device: Device, argv: List[str]) -> TaskPro
 
 @dataclass(frozen=True)
 class SweepPlan:
-    sweep_dir: Path
+    sweep_dir: str  # a local path or a gs:// URL (storage.join, never Path: Path collapses gs://)
     base_file: str
     base_data: dict
     trials: List[trials.Trial]
@@ -84,7 +84,7 @@ class SweepRunner:
         trials.write_trial_yaml(trial)
         process = start_trial(trial, device, self.command_for(trial))
         affinity = affinity_of(process.pid)  # None: it has exited already; its end is recorded at the next poll
-        resumed = trials.evaluations(trial) or (trial.model_dir / "checkpoint").is_file()
+        resumed = trials.evaluations(trial) or storage.isfile(storage.join(trial.model_dir, "checkpoint"))
         row.update(state="running", device=str(device), affinity=affinity, pid=process.pid, started=time.time(),
                    ended=None, exit_code=None, reason=None, attempts=row.get("attempts", 0) + 1,
                    directory=str(trial.directory), log=str(trial.log_path))
@@ -129,7 +129,7 @@ class SweepRunner:
 
     def _update_live(self) -> None:
         for name in self.running:
-            live = {k: v for k, v in trials.live(self.trials[name].directory).items() if v is not None}
+            live = {k: v for k, v in trials.live(self.trials[name].records).items() if v is not None}
             self.rows[name].update(live)
 
     # --- the sweep ---------------------------------------------------------------------------------------
@@ -182,10 +182,15 @@ class SweepRunner:
         except KeyboardInterrupt as exc:
             code = INTERRUPTED_EXIT_CODE
             self._stop_everything(f"interrupted by {exc.args[0] if exc.args else 'SIGINT'}")
+        except (RetryableFailure, PermanentFailure, UsageError):
+            # The records could not be written (named, records.storage_failure): stop the trials (they keep their
+            # checkpoints; the same command resumes them) rather than leave them running unrecorded.
+            stop_processes([process for process, _ in self.running.values()], self.stop_grace_secs)
+            raise
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            self.save(force=True)
+        self.save(force=True)
         return self._finish(code)
 
     def _finish(self, code: int) -> int:
@@ -194,7 +199,8 @@ class SweepRunner:
                                      {t.name: t.batch for t in plan.trials})
         self.save(force=True)
         self.console.final(self.record["trials"], self.plan.ranked_by)
-        self.console.event(f"results: {plan.sweep_dir / records.SWEEP_FILE}, {plan.sweep_dir / records.CSV_FILE}")
+        self.console.event(f"results: {storage.join(plan.sweep_dir, records.SWEEP_FILE)}, "
+                           f"{storage.join(plan.sweep_dir, records.CSV_FILE)}")
         if best is not None:
             row = self.rows[self.record["best"]]
             self.console.event(f"best: {row['trial']} ({self.console.values_text(row['values'])}) "

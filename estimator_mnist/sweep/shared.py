@@ -2,58 +2,70 @@
 
 Under Slurm every array task updates its own trial's row of sweep.json, and
 rewrites sweep.csv and best.yaml from the whole record, while other array
-tasks on other nodes do the same. Each update holds an exclusive POSIX
-record lock (fcntl.lockf) on <sweep_dir>/sweep.lock for its read-modify-write,
-so no update is lost; NFS (lockd or v4) and Lustre mounted with `flock`
-honour it across nodes (Lustre's `localflock` does not: docs/slurm_sweeps.md).
-Every file is replaced atomically, so readers (`sweep-status`, `ensemble`)
-never take a lock and never see half a file. The local scheduler is the only
-writer of its sweep and needs no lock.
+tasks on other nodes do the same. Each update holds the storage layer's lock
+(storage/lock.py) on <sweep_dir>/sweep.lock for its read-modify-write, so no
+update is lost: flock(2), which NFS v4 and Lustre mounted with `flock` honour
+across nodes (Lustre's `localflock` does not: docs/slurm_sweeps.md), else
+(a mount without a lock manager: ENOLCK, ENOSYS, EOPNOTSUPP; a bucket) the
+layer's lease. Every file is replaced atomically (records.py), so readers
+(`sweep-status`, `ensemble`) never take a lock and never see half a file.
+The local scheduler is the only writer of its sweep and needs no lock.
+
+A lock that cannot be taken for any other reason (EIO, ESTALE, a denied
+bucket) is a storage failure, named in one line (records.storage_failure:
+exit 200 when transient), never "held by another".
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
+import sys
 import time
-from pathlib import Path
 from typing import Callable, Dict, Iterator, Optional
 
+from estimator_mnist import storage
+from estimator_mnist.storage import lock
 from estimator_mnist.sweep import records
 
-LOCK_FILE = "sweep.lock"
+LOCK_FILE, TRIAL_LOCK_FILE = "sweep.lock", "trial.lock"
+
+
+def _warn(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
-def locked(sweep_dir: Path) -> Iterator[None]:
+def _exclusive(path: str, doing: str, blocking: bool, log) -> Iterator[bool]:
+    """lock.exclusive, its own storage errors (taking or releasing it) named; the block's errors pass unchanged."""
+    inside = False
+    try:
+        with lock.exclusive(path, log or _warn, blocking=blocking) as taken:
+            inside = True
+            yield taken
+            inside = False
+    except OSError as exc:
+        if inside:
+            raise
+        raise records.storage_failure(exc, path, doing) from None
+
+
+@contextlib.contextmanager
+def locked(sweep_dir, log=None) -> Iterator[None]:
     """Holds the sweep's lock; waits for any other holder, on this node or another."""
-    fd = os.open(Path(sweep_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o640)
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_EX)
+    with _exclusive(storage.join(sweep_dir, LOCK_FILE), "taking the sweep's lock", True, log):
         yield
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 @contextlib.contextmanager
-def trial_lock(directory: Path) -> Iterator[bool]:
+def trial_lock(directory, log=None) -> Iterator[bool]:
     """Holds <trial>/trial.lock while a Slurm array task runs the trial: True, or False when another process (on any
-    node) holds it already. Released when its holder ends, however it ends."""
-    Path(directory).mkdir(parents=True, exist_ok=True)
-    fd = os.open(Path(directory) / "trial.lock", os.O_RDWR | os.O_CREAT, 0o640)
-    try:
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
+    node) holds it already. Released when its holder ends, however it ends (flock: with the process; the lease:
+    its heartbeat stops). Any other failure to take it is raised, named."""
+    with _exclusive(storage.join(directory, TRIAL_LOCK_FILE), "taking the trial's lock", False, log) as mine:
+        yield mine
 
 
-def start_or_resume(sweep_dir: Path, identity: dict, trial_values, ranked_by: str) -> dict:
+def start_or_resume(sweep_dir, identity: dict, trial_values, ranked_by: str) -> dict:
     """The sweep's record, created or checked against `identity` (a UsageError for another sweep), saved."""
     with locked(sweep_dir):
         record = records.load_or_start(sweep_dir, identity, trial_values)
@@ -62,8 +74,8 @@ def start_or_resume(sweep_dir: Path, identity: dict, trial_values, ranked_by: st
         return record
 
 
-def update_row(sweep_dir: Path, name: str, change: Callable[[dict], None],
-               results: Optional[Callable[[dict], Optional[Path]]] = None) -> dict:
+def update_row(sweep_dir, name: str, change: Callable[[dict], None],
+               results: Optional[Callable[[dict], Optional[str]]] = None) -> dict:
     """Applies `change` to trial `name`'s row of the record on disk, then `results` (sweep.csv, best.yaml) to the
     whole record, and saves it; all under the lock. Returns the record as saved."""
     with locked(sweep_dir):
@@ -83,7 +95,7 @@ class SharedTrial:
     def __init__(self, plan, trial):
         self.plan, self.trial = plan, trial
 
-    def _results(self, record: dict) -> Optional[Path]:
+    def _results(self, record: dict) -> Optional[str]:
         plan = self.plan
         return records.write_results(plan.sweep_dir, record, plan.thresholds, plan.base_data, plan.base_file,
                                      {t.name: t.batch for t in plan.trials})

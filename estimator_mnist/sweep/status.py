@@ -3,27 +3,28 @@
 It reads sweep.json (each trial's state, written by whoever runs it: the
 local scheduler or the trial's Slurm array task) and, for a running trial,
 its step and latest evaluation from its own directory; it takes no lock and
-changes nothing, so it can run on any node that sees the sweep directory, as
-often as wanted.
+changes nothing, so it can run on any node that sees the sweep directory (or
+the bucket, for a gs:// one), as often as wanted.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
+from estimator_mnist import storage
 from estimator_mnist.sweep import records, trials
 from estimator_mnist.sweep.table import rows_text
 
 
 def status_text(sweep_dir) -> str:
     """The table of the sweep in `sweep_dir`, a line of counts and the best trial so far."""
+    sweep_dir = records.location(sweep_dir)
     record = records.read_sweep(sweep_dir)
     rows = []
     for row in record["trials"]:
         row = dict(row)
         if row["state"] == "running":
-            row.update({k: v for k, v in trials.live(Path(sweep_dir) / row["trial"]).items() if v is not None})
+            row.update({k: v for k, v in trials.live(storage.join(sweep_dir, row["trial"])).items() if v is not None})
         rows.append(row)
     key = records.ranked_by(record)
     counts = Counter(r["state"] for r in rows)

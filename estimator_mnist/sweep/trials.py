@@ -11,6 +11,14 @@ the same directory, a trial resumes from its newest checkpoint. Unless the
 base YAML or a --param sets data.validation_examples, a trial holds out the
 last DEFAULT_VALIDATION_EXAMPLES training images (splits.py): the sweep
 chooses on them, never on the test set.
+
+What others read lives in the trial's `records` directory, <sweep_dir>/<trial>:
+trial.yaml (the ensemble), model/ (checkpoints, eval_results.jsonl: the
+median rule, sweep-status, the ensemble) and, when that is a bucket, the
+progress records (Config.records_dir). What only the process that runs it
+needs lives in its local `directory` (its run_dir): trial.log, its spec,
+run_summary.json. The two are one directory unless the sweep directory is a
+bucket (gs://): run_dir is always local (config/load.py).
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from estimator_mnist import checkpoints
+from estimator_mnist import checkpoints, storage
 from estimator_mnist.config import TaskId, apply_overrides, config_from_dict
 from estimator_mnist.storage import write_json, write_atomic
 from estimator_mnist.plan.task_plan import plan_task
@@ -39,29 +47,46 @@ DEFAULT_VALIDATION_EXAMPLES = 5000
 class Trial:
     name: str
     values: Dict[str, object]
-    directory: Path
+    directory: Path      # its run_dir, always local: its log, spec and run summary
     data: dict           # the trial's YAML data
     max_steps: int
     batch: int           # its global batch: one replica
     validation_examples: int = 0  # its held-out rows (data.validation_examples): 0 leaves only the test set
     max_restarts: int = 0  # restart.max_restarts: the retryable failures an array task runs it again after
+    shared: Optional[str] = None  # <sweep_dir>/<trial> when that is not `directory` (a gs:// sweep directory)
 
     @property
-    def model_dir(self) -> Path:
-        return self.directory / "model"
+    def records(self) -> str:
+        """Where what others read lives: trial.yaml, model/ (and progress/ when that is a bucket)."""
+        return self.shared or str(self.directory)
+
+    @property
+    def model_dir(self) -> str:
+        return storage.join(self.records, "model")
+
+    @property
+    def records_dir(self) -> str:
+        """Where its progress records go, as Config.records_dir puts them."""
+        return records_dir(self.records)
 
     @property
     def log_path(self) -> Path:
         return self.directory / LOG_FILE
 
 
-def trial_data(base: dict, values: Dict[str, object], directory: Path, data_dir: str) -> dict:
+def records_dir(records: str) -> str:
+    """The progress records of the trial whose records are in `records`: model/ on a bucket, else there."""
+    return storage.join(records, "model") if storage.is_bucket(records) else records
+
+
+def trial_data(base: dict, values: Dict[str, object], directory: Path, data_dir: str,
+               model_dir: Optional[str] = None) -> dict:
     """The base settings with the trial's values, as one process with its own directories."""
     data = apply_overrides(base, as_overrides(values))
     tasks = data.get("tasks") if isinstance(data.get("tasks"), dict) else {}
     every = tasks.get("all")  # per-role and per-task settings name tasks a single process lacks
     data.update(cluster={"chief": [UNUSED_ADDRESS]}, strategy="one_device", tasks={"all": every} if every else None,
-                run_dir=str(directory), model_dir=str(directory / "model"), data_dir=data_dir)
+                run_dir=str(directory), model_dir=model_dir or str(directory / "model"), data_dir=data_dir)
     held_out = dict(data.get("data") or {})
     held_out.setdefault("validation_examples", DEFAULT_VALIDATION_EXAMPLES)  # the user's value, 0 included, stands
     data["data"] = held_out
@@ -80,25 +105,27 @@ def with_gpus(data: dict, gpus: Optional[List[int]]) -> dict:
     return {**data, "tasks": {"all": every}}
 
 
-def make_trial(name: str, values: dict, sweep_dir: Path, base: dict, data_dir: str) -> Trial:
-    """The trial, validated as a whole config (so a bad combination is refused before any trial starts)."""
-    directory = sweep_dir / name
-    data = trial_data(base, values, directory, data_dir)
+def make_trial(name: str, values: dict, sweep_dir, base: dict, data_dir: str, local_root=None) -> Trial:
+    """The trial, validated as a whole config (so a bad combination is refused before any trial starts);
+    `local_root` holds its run_dir when the sweep directory is a bucket."""
+    shared = storage.join(sweep_dir, name) if local_root is not None else None
+    directory = Path(local_root if local_root is not None else sweep_dir) / name
+    data = trial_data(base, values, directory, data_dir, storage.join(shared, "model") if shared else None)
     values_text = ", ".join(as_overrides(values))
     config = config_from_dict(data, str(directory / TRIAL_FILE), f"{name} ({values_text})")
     return Trial(name, values, directory, data, config.training.max_steps, config.training.batch_size_per_replica,
-                 config.data.validation_examples, config.restart.max_restarts)
+                 config.data.validation_examples, config.restart.max_restarts, shared)
 
 
-def write_trial_yaml(trial: Trial) -> Path:
-    """<trial>/trial.yaml: the trial's settings, the same wherever it runs (its device is in its spec)."""
+def write_trial_yaml(trial: Trial) -> str:
+    """<trial>/trial.yaml in its records: the trial's settings, the same wherever it runs (its device is in its
+    spec), replaced whole: the ensemble may read it meanwhile."""
     import yaml  # Imported here so `--help` stays instant.
 
     trial.directory.mkdir(parents=True, exist_ok=True)
-    path = trial.directory / TRIAL_FILE
-    path.write_text(f"# {trial.name} of a sweep: one process, written by estimator-mnist sweep\n"
-                    + yaml.safe_dump(trial.data, sort_keys=False), encoding="utf-8")
-    return path
+    return write_atomic(storage.join(trial.records, TRIAL_FILE),
+                        f"# {trial.name} of a sweep: one process, written by estimator-mnist sweep\n"
+                        + yaml.safe_dump(trial.data, sort_keys=False))
 
 
 def trial_spec(trial: Trial, gpus: Optional[List[int]] = None, cpu_set: Optional[Sequence[int]] = None,
@@ -132,11 +159,11 @@ def evaluations(trial: Trial) -> List[tuple]:
                   if r.get(key) is not None)
 
 
-def live(directory: Path) -> dict:
-    """The step and latest accuracies (test, and validation when it has a split) of the trial in `directory` while
-    it runs, from its own records."""
-    record = read_progress(str(directory)).get("chief:0") or {}
-    evaluated = checkpoints.read_eval_results(str(directory / "model"))
+def live(records) -> dict:
+    """The step and latest accuracies (test, and validation when it has a split) of the trial whose records are
+    in `records` (<sweep_dir>/<trial>) while it runs, from those records."""
+    record = read_progress(records_dir(str(records))).get("chief:0") or {}
+    evaluated = checkpoints.read_eval_results(storage.join(records, "model"))
     latest = max(evaluated, key=lambda r: r["global_step"]) if evaluated else {}
     return {"global_step": record.get("global_step"), "accuracy": latest.get("accuracy"),
             "validation_accuracy": latest.get("validation_accuracy"), "cpus_seen": record.get("cpus")}
@@ -144,15 +171,13 @@ def live(directory: Path) -> dict:
 
 def outcome(trial: Trial) -> dict:
     """Final accuracy, time to each threshold, images/s: the run summary of the trial's directory."""
-    from estimator_mnist.errors import UsageError
-    from estimator_mnist.supervise.run_summary import collect
+    from estimator_mnist.supervise.run_summary import facts_of
 
-    if not (trial.directory / "progress").is_dir():
+    progress = read_progress(trial.records_dir)
+    evaluated = checkpoints.read_eval_results(trial.model_dir)
+    if not progress or not (evaluated or checkpoints.latest_checkpoint(trial.model_dir)):
         return {}
-    try:
-        facts = collect(str(trial.directory))
-    except UsageError:
-        return {}
+    facts = facts_of(trial.model_dir, evaluated, progress)
     final = any(e["step"] >= trial.max_steps for e in facts["evaluations"])
     return {"accuracy": facts["accuracy"], "validation_accuracy": facts["validation_accuracy"], "final": final,
             "global_step": facts["global_step"],

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 from typing import List, Optional, Tuple
 
-from estimator_mnist import checkpoints
-from estimator_mnist.config import load_config
+from estimator_mnist import checkpoints, storage
+from estimator_mnist.config import config_from_dict
+from estimator_mnist.config.load import parse_yaml
 from estimator_mnist.config.schema import ModelConfig
 from estimator_mnist.errors import UsageError
 from estimator_mnist.sweep import records
@@ -52,7 +52,7 @@ class Member:
 
 @dataclass(frozen=True)
 class EnsemblePlan:
-    sweep_dir: Path
+    sweep_dir: str  # an absolute path or a gs:// URL
     members: Tuple[Member, ...]  # the candidates (greedy), or the members themselves (--top)
     data_dir: str
     eval_batch_size: int
@@ -62,8 +62,8 @@ class EnsemblePlan:
     greedy: bool = False   # select among the candidates on the validation split; else take them all, weight 1
 
     @property
-    def export_base(self) -> Path:
-        return self.sweep_dir / ENSEMBLE_DIR
+    def export_base(self) -> str:
+        return storage.join(self.sweep_dir, ENSEMBLE_DIR)
 
 
 def parse_devices(text: str, gpus: List[int]) -> List[str]:
@@ -86,7 +86,7 @@ def placed(members, devices) -> Tuple[Member, ...]:
 def plan_ensemble(sweep_dir: str, top: Optional[int] = None, devices_text: Optional[str] = None,
                   gpus: Optional[List[int]] = None) -> EnsemblePlan:
     """The K best trials with `top`; else every finished trial as a candidate for the greedy selection."""
-    directory = Path(sweep_dir).resolve()
+    directory = records.location(sweep_dir)
     record = records.read_sweep(directory)
     if top is None and records.ranked_by(record) != "validation_accuracy":
         raise UsageError(ERR_NO_SPLIT.format(dir=directory))
@@ -102,10 +102,14 @@ def plan_ensemble(sweep_dir: str, top: Optional[int] = None, devices_text: Optio
         devices = [f"/device:GPU:{i}" for i in range(len(gpus))] or ["/device:CPU:0"]
     members, data_dir, eval_batch, held_out = [], None, 1000, 0
     for row in chosen:
-        trial_file = directory / row["trial"] / records.TRIAL_FILE
-        if not trial_file.is_file():
-            raise UsageError(ERR_TRIAL_GONE.format(trial=row["trial"], missing=trial_file))
-        config = load_config(trial_file)
+        trial_file = storage.join(directory, row["trial"], records.TRIAL_FILE)
+        try:
+            text = storage.read_text(trial_file)
+        except FileNotFoundError:
+            raise UsageError(ERR_TRIAL_GONE.format(trial=row["trial"], missing=trial_file)) from None
+        except OSError as exc:
+            raise records.storage_failure(exc, trial_file, "reading the trial's settings") from None
+        config = config_from_dict(parse_yaml(text, trial_file), trial_file)
         checkpoint = checkpoints.latest_checkpoint(config.model_dir)
         if checkpoint is None:
             raise UsageError(ERR_TRIAL_GONE.format(trial=row["trial"], missing=f"a checkpoint in {config.model_dir}"))

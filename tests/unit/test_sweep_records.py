@@ -4,6 +4,7 @@ sweep.csv, best.yaml and the ensemble's members (no TensorFlow, no processes).""
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -129,11 +130,11 @@ def test_csv_has_a_row_per_trial_and_best_yaml_is_the_base_with_the_best_values(
     plan, record = _record(tmp_path, [("finished", 0.91), ("stopped", 0.5), ("finished", 0.97), ("failed", None)])
     best = records.write_results(plan.sweep_dir, record, plan.thresholds, plan.base_data, str(LOCAL),
                                  {t.name: t.batch for t in plan.trials})
-    rows = list(csv.DictReader(io.StringIO((plan.sweep_dir / records.CSV_FILE).read_text())))
+    rows = list(csv.DictReader(io.StringIO((Path(plan.sweep_dir) / records.CSV_FILE).read_text())))
     assert [r["state"] for r in rows] == ["finished", "stopped", "finished", "failed"]
     assert [json.loads(r["model.dropout"]) for r in rows] == [0.0, 0.1, 0.2, 0.3]
     assert record["best"] == "trial-002"
-    text = best.read_text()
+    text = Path(best).read_text()
     assert "tuned in ONE process" in text and "global batch 256" in text
     config = config_from_dict(yaml.safe_load(text), str(best))
     assert config.model.dropout == 0.2

@@ -5,6 +5,7 @@ validation accuracy. The test accuracy is made to run against it here, so that a
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -54,11 +55,11 @@ def test_ranking_csv_and_best_yaml_follow_the_validation_accuracy(tmp_path):
     best = records.write_results(plan.sweep_dir, record, plan.thresholds, plan.base_data, str(LOCAL),
                                  {t.name: t.batch for t in plan.trials})
     assert record["best"] == "trial-002"
-    rows = list(csv.DictReader(io.StringIO((plan.sweep_dir / records.CSV_FILE).read_text())))
+    rows = list(csv.DictReader(io.StringIO((Path(plan.sweep_dir) / records.CSV_FILE).read_text())))
     assert [(r["validation_accuracy"], r["test_accuracy"], r["rank"]) for r in rows] == [
         ("0.95", "0.99", "3"), ("0.999", "0.999", ""), ("0.98", "0.96", "1"), ("0.97", "0.97", "2")]
     assert {r["ranked_by"] for r in rows} == {"validation_accuracy"}
-    text = best.read_text()
+    text = Path(best).read_text()
     assert "validation accuracy 0.9800 (chose), test accuracy 0.9600" in text
     assert "the test accuracy is reported, not chosen on" in text
     assert json.loads(json.dumps(record))["ranked_by"] == "validation_accuracy"
@@ -89,8 +90,8 @@ def test_the_greedy_ensemble_of_a_sweep_without_splits_is_refused_before_tensorf
 def test_the_stopping_rule_reads_each_trial_s_validation_accuracy(tmp_path):
     plan = _plan(tmp_path)
     for trial, (_, validation, test) in zip(plan.trials, ROWS):
-        trial.model_dir.mkdir(parents=True)
-        (trial.model_dir / "eval_results.jsonl").write_text("".join(
+        Path(trial.model_dir).mkdir(parents=True)
+        (Path(trial.model_dir) / "eval_results.jsonl").write_text("".join(
             json.dumps({"global_step": step, "accuracy": test, "loss": 0.1, "validation_accuracy": validation,
                         "validation_loss": 0.1}) + "\n" for step in (10, 20)))
     histories = {t.name: trials.evaluations(t) for t in plan.trials}
