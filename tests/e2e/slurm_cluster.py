@@ -7,6 +7,8 @@ the state, spool, logs and pid files (`%n` gives each node its own), a munged on
 the nodes (the tasks inherit it; the machine's /etc/hosts is never edited). slurmd enters only the network
 namespace with `nsenter --net`: under `ip netns exec`, which remounts /sys, it stops with "No filesystem
 mounted on /sys/fs/cgroup". Client commands (sbatch, scontrol, scancel) run in n1's namespace.
+With `reserved_ports` slurm.conf reserves ports for steps (MpiParams=ports=...); without, the common
+configuration, the tasks choose their own (plan/slurm_ports.py): the suite runs both.
 close() stops the daemons by PID and deletes the namespaces, also after a failure; should the test process
 itself be killed, the daemons die with it (PR_SET_PDEATHSIG), and only the named namespaces remain.
 """
@@ -75,9 +77,6 @@ PartitionName=em Nodes=n[1-2] Default=YES MaxTime=INFINITE State=UP
 
 
 class SlurmCluster:
-    """`reserved_ports`: slurm.conf reserves ports for steps (MpiParams=ports=...), or not, the common
-    configuration, where the tasks choose their own (plan/slurm_ports.py)."""
-
     def __init__(self, tag: str, kill_wait: int = 30, reserved_ports: bool = True):
         self.tag, self.reserved_ports = tag, reserved_ports
         self.daemons: List[subprocess.Popen] = []
