@@ -36,9 +36,8 @@ def job_fields(job_id: str, run: Callable = subprocess.run) -> Optional[Dict[str
                      timeout=timeouts.SLURM_SCONTROL_SECS)
     except (OSError, subprocess.SubprocessError):
         return None
-    if result.returncode != 0:
-        return None
-    return dict(item.split("=", 1) for item in result.stdout.split() if "=" in item)
+    fields = dict(item.split("=", 1) for item in result.stdout.split() if "=" in item)
+    return fields if result.returncode == 0 and "JobState" in fields else None
 
 
 def verdict(fields: Optional[Dict[str, str]]) -> Tuple[str, str]:
