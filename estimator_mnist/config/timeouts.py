@@ -42,6 +42,8 @@ STORAGE_RETRY_SECS = storage_bounds.STORAGE_RETRY_SECS
 STORAGE_REQUEST_SECS = storage_bounds.STORAGE_REQUEST_SECS
 LOCK_STALE_SECS = storage_bounds.LOCK_STALE_SECS
 READ_RETRY_SECS = storage_bounds.READ_RETRY_SECS  # a checkpoint or record a disk failed to serve: read again
+SLURM_SCONTROL_SECS = 30.0  # a signalled Slurm batch shell: `scontrol show job`, to tell a cancel from a warning
+SLURM_PORTS_WAIT_SECS = 120.0  # a Slurm step's task: its peers' ports published in model_dir by then
 SLURM_TRIAL_STOP_GRACE_SECS = 3.0  # a Slurm sweep's condemned trial: its SIGTERM repeated after this ends it
 SERVE_REQUEST_TIMEOUT_MS = 30000  # serve --request-timeout-ms: TF Serving's --rest_api_timeout_in_ms
 SERVE_DRAIN_DELAY_SECS = 5.0  # serve --drain-delay-secs: not ready, still answering, after SIGTERM
@@ -128,6 +130,12 @@ TIMEOUTS = (
     _c("SLURM_SIGNAL_MARGIN_SECS", "the Slurm batch script", "before the job's time limit",
        "Slurm's SIGTERM comes preemption_grace_secs + this before the limit (#SBATCH --signal)",
        "", "-", "slurm/batch_script.py"),
+    _c("SLURM_SCONTROL_SECS", "the Slurm batch script; a sweep's array task", "after a SIGTERM to the batch shell",
+       "the job's state is taken as unknown: the job is requeued, as after a preemption",
+       "its state could not be read from scontrol", "-", "supervise/slurm_job_state.py"),
+    _c("SLURM_PORTS_WAIT_SECS", "train under srun", "before TensorFlow starts, each task of a Slurm step",
+       "the task stops waiting for its peers' ports (published in model_dir/slurm) and exits",
+       "the step's ports of <ranks> were not published", R, "plan/slurm_ports.py"),
     _c("INTERRUPT_GRACE_SECS", PARENT, "after Ctrl-C (SIGINT)",
        "the TensorFlow process, still there, is killed", "", I, "supervise/task_parent.py"),
     _c("STDERR_DRAIN_SECS", PARENT, "after its TensorFlow process exited",

@@ -22,6 +22,7 @@ class TaskSource:
     own_cpus: Optional[int] = None      # the CPUs a cluster manager gave this task alone (Slurm), or None
     note: Optional[str] = None          # for the task's log: what the source changed
     by_hand: bool = False               # --task: started by a person or by `launch`, not by a cluster manager
+    shares_port: bool = False           # this process holds the server's port: TensorFlow binds it beside (Slurm)
 
 
 @dataclass(frozen=True)
@@ -37,5 +38,6 @@ class ResolvedTask:
         """The task's TaskSpec, planned from `cpu_set` (default: the CPUs this process may use)."""
         source = self.source
         plan = plan_task(self.config, source.task, source.tf_config, cpu_set=cpu_set,
-                         gpus_from_manager=source.gpus_from_manager, own_cpus=source.own_cpus)
+                         gpus_from_manager=source.gpus_from_manager, own_cpus=source.own_cpus,
+                         shares_port=source.shares_port)
         return TaskSpec(config=self.config, plan=plan, notes=(source.note,) if source.note else ())

@@ -6,34 +6,29 @@ nodes in block distribution, Slurm's default: SLURM_STEP_NODELIST in Slurm's ord
 SLURM_STEP_TASKS_PER_NODE tasks on each. A task checks that its computed node is SLURMD_NODENAME, so a step
 started with another distribution stops with one line instead of forming a wrong cluster.
 
-Ports: the k-th task on a node listens on the k-th of the step's reserved ports, SLURM_STEP_RESV_PORTS.
-The batch script asks for them (srun --resv-ports) where the cluster reserves ports (slurm.conf's
-MpiParams=ports=LOW-HIGH): slurmctld then gives each step ports that no other step holds on any of its
-nodes, the same numbers on every node (Slurm 22.05, src/slurmctld/port_mgr.c, resv_port_alloc), so every
-task computes its peers' ports alone, two jobs sharing a node never take the same ones whatever their ids,
-and a rerun's step gets its own. Where the cluster reserves none, a step's ports come from a hash of
-(job id, requeue count, step id) into PORT_SLOTS slots of PORT_STRIDE ports, below Linux's ephemeral ports
-(32768-60999): a rerun chooses again, and two jobs on one node rarely meet. Either way each task checks that
-its own port is free before TensorFlow starts: a port taken is exit 200 (retryable), never permanent, and
-the rerun's step chooses again. No TensorFlow.
+Ports: each task with a server holds a port of its own on its node and publishes it in model_dir, and
+every task waits for its peers' before TensorFlow starts (slurm_ports.py): the step's reserved ports where
+slurm.conf has MpiParams=ports (SLURM_STEP_RESV_PORTS, the k-th for the k-th task on a node), else a free one
+the kernel chooses. Two jobs on one node never meet on a port, and a taken port is chosen again within the
+step, never a failure. The YAML is validated first, so bad input is one line and exit 2 before any port is
+taken. No TensorFlow.
 """
 
 from __future__ import annotations
 
 import socket
-import zlib
 from dataclasses import dataclass
-from typing import Callable, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
-from estimator_mnist.config import TaskId
+from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.config.cluster import parse_cluster
-from estimator_mnist.errors import RetryableFailure, UsageError
-from estimator_mnist.plan.hosts import port_in_use
+from estimator_mnist.errors import UsageError
+from estimator_mnist.plan import slurm_records
+from estimator_mnist.plan.slurm_ports import agree, hold_port
 from estimator_mnist.plan.resolved_task import TaskSource
 from estimator_mnist.plan.slurm_hostlist import expand_hostlist, expand_tasks_per_node
 
 ROLE_ORDER = ("chief", "evaluator", "worker", "ps")  # the evaluator beside the chief: the trainers spread out
-PORT_BASE, PORT_SLOTS, PORT_STRIDE = 16384, 512, 32  # ports 16384-32767
 STEP_VARS = ("SLURM_STEP_NODELIST", "SLURM_PROCID")  # both set in every task srun starts
 
 ERR_NO_CLUSTER = ("{file}: under srun, train takes the roles and their counts from the YAML's cluster section, and "
@@ -47,13 +42,8 @@ ERR_DISTRIBUTION = ("Slurm started rank {rank} on {actual}, but block distributi
                     "the step with srun --distribution=block (the default), as 'estimator-mnist slurm' writes it")
 ERR_RESOLVE = ("node {node} (task {task}) does not resolve to an address ({reason}), so TensorFlow's gRPC cannot "
                "reach it; make the Slurm node names resolve on every node (DNS or /etc/hosts)")
-ERR_PORTS = ("node {node} runs {count} tasks of this step, more than the {stride} ports a job has per node; "
-             "spread the step over more nodes")
 ERR_RESV = ("SLURM_STEP_RESV_PORTS {ports!r} reserves {count} port(s), but node {node} runs {tasks} tasks of this "
             "step; start the step with srun --resv-ports={tasks} or more, as 'estimator-mnist slurm' writes it")
-ERR_PORT_TAKEN = ("port {port} on node {node} (task {task}) is taken by another process ({how}); exiting with 200 "
-                  "(retryable) before TensorFlow starts: the step's rerun chooses its ports again")
-
 
 @dataclass(frozen=True)
 class SlurmStep:
@@ -131,14 +121,6 @@ def ordered_tasks(tasks: List[TaskId]) -> List[TaskId]:
     return sorted(tasks, key=lambda t: (ROLE_ORDER.index(t.type), t.index))
 
 
-def step_port(step: SlurmStep, position: int) -> int:
-    """The port of the task at `position` on its node, in `step`: its reserved port, else its hashed slot's."""
-    if step.resv_ports:
-        return step.resv_ports[position]
-    slot = zlib.crc32(f"{step.job_id}.{step.restarts}.{step.step_id}".encode()) % PORT_SLOTS
-    return PORT_BASE + slot * PORT_STRIDE + position
-
-
 def _resolve(node: str, task: TaskId, resolver: Callable) -> None:
     # TensorFlow's gRPC resolves a target's host through the system resolver (getaddrinfo, /etc/hosts
     # included) for a TCP connection; ask it the same question before TensorFlow starts.
@@ -148,60 +130,62 @@ def _resolve(node: str, task: TaskId, resolver: Callable) -> None:
         raise UsageError(ERR_RESOLVE.format(node=node, task=task, reason=exc)) from None
 
 
-def step_cluster(step: SlurmStep, tasks: List[TaskId], file: str,
-                 resolver: Callable = socket.getaddrinfo) -> Tuple[dict, TaskId, dict]:
-    """(the YAML cluster section on the step's nodes, this task, each task's node)."""
+def place(step: SlurmStep, tasks: List[TaskId], file: str) -> Dict[TaskId, Tuple[str, int]]:
+    """Each task's (node, position on that node), checked against the step's size, distribution and ports."""
     order = ordered_tasks(tasks)
     if len(order) != len(step.rank_nodes()):
         raise UsageError(ERR_COUNT.format(file=file, count=len(order), tasks=", ".join(map(str, order)),
                                           step=len(step.rank_nodes())))
-    placed = dict(zip(order, step.rank_nodes()))
     for node, count in zip(step.nodes, step.tasks_per_node):
         if step.resv_ports and count > len(step.resv_ports):
             raise UsageError(ERR_RESV.format(ports=",".join(map(str, step.resv_ports)), count=len(step.resv_ports),
                                              node=node, tasks=count))
-        if count > PORT_STRIDE:
-            raise UsageError(ERR_PORTS.format(node=node, count=count, stride=PORT_STRIDE))
     computed = step.rank_nodes()[step.rank][0]
     if computed != step.node:
         raise UsageError(ERR_DISTRIBUTION.format(rank=step.rank, actual=step.node, computed=computed))
+    return dict(zip(order, step.rank_nodes()))
+
+
+def step_cluster(order: List[TaskId], placed: Dict[TaskId, Tuple[str, int]],
+                 ports: Dict[int, Tuple[str, int]]) -> dict:
+    """The YAML cluster section on the step's nodes, with the ports the tasks agreed on (by rank)."""
     cluster: dict = {}
-    for task, (node, position) in placed.items():
+    for rank, task in enumerate(order):
         if task.is_evaluator:
-            cluster["evaluator"] = node  # no server, so no port
+            cluster["evaluator"] = placed[task][0]  # no server, so no port
             continue
-        _resolve(node, task, resolver)
-        cluster.setdefault(task.type, []).append(f"{node}:{step_port(step, position)}")
-    return cluster, order[step.rank], {task: node for task, (node, _) in placed.items()}
-
-
-def check_own_port(cluster: dict, task: TaskId, node: str, in_use: Callable[[int], bool]) -> None:
-    """A port taken on this node is found before TensorFlow starts: 200, and the rerun chooses again."""
-    if task.is_evaluator:
-        return
-    port = int(cluster[task.type][task.index].rsplit(":", 1)[1])
-    try:
-        taken, how = in_use(port), "listening"
-    except OSError as exc:
-        taken, how = True, exc.strerror or str(exc)
-    if taken:
-        raise RetryableFailure(ERR_PORT_TAKEN.format(port=port, node=node, task=task, how=how))
+        cluster.setdefault(task.type, []).append(f"{placed[task][0]}:{ports[rank][1]}")
+    return cluster
 
 
 def from_slurm(data: dict, file: str, environ: Mapping[str, str], resolver: Callable = socket.getaddrinfo,
-               in_use: Optional[Callable[[int], bool]] = None) -> TaskSource:
-    """This task of the step: the YAML data with the step's nodes as its cluster, the GPUs and CPUs Slurm gave it.
-    `in_use(port)`: whether a port is taken on this node (plan/hosts.py's check, as launch's)."""
+               hold: Callable = hold_port, agree_on: Callable = agree) -> TaskSource:
+    """This task of the step: the YAML data with the step's nodes and agreed ports as its cluster, the GPUs and
+    CPUs Slurm gave it. `hold(reserved, task, node)` takes this task's port, `agree_on(...)` gathers the step's
+    (slurm_ports.py)."""
     if data.get("cluster") is None:
         raise UsageError(ERR_NO_CLUSTER.format(file=file))
+    model_dir = config_from_dict(data, file).model_dir  # the whole YAML checked before a port is taken
     step = read_step(environ)
-    cluster, task, nodes = step_cluster(step, parse_cluster(file, data["cluster"]).tasks(), file, resolver)
-    check_own_port(cluster, task, step.node, in_use or port_in_use)
-    where = ", ".join(f"{t} {nodes[t]}" + ("" if t.is_evaluator else f":{cluster[t.type][t.index].rsplit(':', 1)[1]}")
-                      for t in ordered_tasks(list(nodes)))
+    order = ordered_tasks(parse_cluster(file, data["cluster"]).tasks())
+    placed = place(step, order, file)
+    task = order[step.rank]
+    for other in order:
+        if not other.is_evaluator:
+            _resolve(placed[other][0], other, resolver)
+    own, chosen = None, None
+    if not task.is_evaluator:
+        port, chosen = hold(step.resv_ports[placed[task][1]] if step.resv_ports else None, str(task), step.node)
+        own = (step.node, port)
+    ports = agree_on(model_dir, str(step.job_id), slurm_records.step_key(environ), step.rank, own,
+                     [r for r, t in enumerate(order) if not t.is_evaluator], str(task))
+    cluster = step_cluster(order, placed, ports)
+    where = ", ".join(f"{t} {placed[t][0]}" + ("" if t.is_evaluator else f":{ports[r][1]}")
+                      for r, t in enumerate(order))
     origin = "reserved by Slurm (SLURM_STEP_RESV_PORTS)" if step.resv_ports else \
-        "from the step's hash (no ports reserved: slurm.conf sets no MpiParams=ports)"
+        "chosen free on each node (no ports reserved: slurm.conf sets no MpiParams=ports)"
     note = (f"Slurm job {step.job_id} step {step.step_id}: this is {task} (rank {step.rank} on {step.node}); the "
-            f"YAML's hosts are replaced by the step's nodes, ports {origin}: {where}")
+            f"YAML's hosts are replaced by the step's nodes, ports {origin}, held by each task and published in "
+            f"model_dir: {where}" + (f"; {chosen}" if chosen else ""))
     return TaskSource(data={**data, "cluster": cluster}, task=task, gpus_from_manager=step.gpus_by_slurm,
-                      own_cpus=step.cpus_per_task, note=note)
+                      own_cpus=step.cpus_per_task, note=note, shares_port=own is not None)

@@ -127,8 +127,13 @@ def _logical_cpus(config: Config, task: TaskId) -> int:
 
 
 def _environment(config: Config, settings: TaskSettings, environ: Mapping[str, str],
-                 gpus_from_manager: bool = False, x86: bool = True) -> Tuple[Tuple[str, str], ...]:
+                 gpus_from_manager: bool = False, x86: bool = True,
+                 shares_port: bool = False) -> Tuple[Tuple[str, str], ...]:
     env = {"PYTHONUNBUFFERED": "1"}
+    if shares_port:
+        # The task's parent holds the server's port, bound with SO_REUSEPORT, so that nothing else takes it
+        # before TensorFlow's bind (plan/slurm_ports.py); TF 2.15's gRPC server binds it beside only with this.
+        env["TF_GRPC_REUSE_PORT"] = "1"
     if x86:
         # TF 2.15 turns oneDNN on by itself only with cpu.TF_ONEDNN_DEFAULT_FLAGS; elsewhere (AVX2-only
         # EPYCs) its Eigen kernels are much slower (docs/performance.md, "oneDNN on every x86 CPU").
@@ -150,7 +155,7 @@ def _environment(config: Config, settings: TaskSettings, environ: Mapping[str, s
 def plan_task(config: Config, task: TaskId, tf_config: Optional[dict] = None, *, cores: Optional[int] = None,
               cpu_set: Optional[Sequence[int]] = None, cpu_bfloat16: Optional[bool] = None,
               environ: Optional[Mapping[str, str]] = None, gpus_from_manager: bool = False,
-              x86: Optional[bool] = None, own_cpus: Optional[int] = None) -> TaskPlan:
+              x86: Optional[bool] = None, own_cpus: Optional[int] = None, shares_port: bool = False) -> TaskPlan:
     """The plan of `task`; `tf_config` defaults to the one the YAML cluster gives it.
 
     `cpu_set`/`cores`: the CPUs this process may run on (its affinity) or their number.
@@ -177,7 +182,7 @@ def plan_task(config: Config, task: TaskId, tf_config: Optional[dict] = None, *,
     return TaskPlan(
         task=task, chief=config.cluster.chief_task, settings=settings,
         env=_environment(config, settings, os.environ if environ is None else environ, gpus_from_manager,
-                         cpu.is_x86() if x86 is None else x86),
+                         cpu.is_x86() if x86 is None else x86, shares_port),
         tf_config=None if in_graph else (tf_config or build_tf_config(config.cluster, task)),
         intra_op_threads=intra, inter_op_threads=inter, umask=PRIVATE_UMASK,
         nice=config.evaluation.nice if task.is_evaluator else None,

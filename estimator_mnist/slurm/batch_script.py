@@ -13,7 +13,9 @@ step it keeps the exit contract (errors.py):
   preemption, `scancel --batch --signal=TERM`) stops the step at one saved
   step (the tasks' SIGTERM path), then requeues the job, which resumes, when
   the step's code is retryable (200, or a task ended by a signal); a step
-  that ended 0, 1 or 2 as the signal came ends the job with its code.
+  that ended 0, 1 or 2 as the signal came ends the job with its code. A plain
+  `scancel` sends the same SIGTERM, but the job's state in Slurm says
+  cancelled (supervise/slurm_job_state.py): a cancel is final, never requeued.
 srun reports a task's own code only in its messages ("task 2: Exited with exit
 code 2"): with --kill-on-bad-exit the others are ended by a signal and srun's
 status is theirs, so the script reads the tasks' codes from those lines.

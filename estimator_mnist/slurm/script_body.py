@@ -9,9 +9,10 @@ BODY = """\
 # as for any run on several machines: the chief writes the checkpoints that the evaluator and a rerun read,
 # and every task writes its progress there. The YAML and this Python must be at the same paths on every node.
 # Ranks take the roles in this order (block distribution): {ranks}.
-# Restarts: a step that exits 200 runs again from the last checkpoint. A preemption (the tasks asked to stop,
-# the checkpoint of their stop step saved) never counts; restart.max_restarts ({max_restarts}) bounds the
-# failures in a row without a newer checkpoint, then the job ends with 1 (model_dir/restart_budget.json).
+# Restarts: a step that exits 200 runs again from the last checkpoint. A step whose every task was asked to stop
+# (scancel --signal, a preemption) never counts; one in which a task failed by itself is an incident, and
+# restart.max_restarts ({max_restarts}) bounds them in a row without a newer checkpoint, then the job ends with 1
+# (model_dir/restart_budget.json). A plain scancel is final: the job is not requeued.
 set -u
 PY=({python})
 EM=("${{PY[@]}}" -m estimator_mnist)
@@ -24,7 +25,7 @@ say() {{ echo "estimator-mnist: $*"; }}
 
 stop=0
 step=
-on_term() {{  # preemption, a time limit near (--signal=B:TERM@N), scancel --batch: stop at one saved step
+on_term() {{  # preemption, a time limit near (--signal=B:TERM@N), scancel --batch, a cancel: stop at one saved step
   stop=1
   if [ -n "$step" ]; then scancel --signal=TERM "$SLURM_JOB_ID"; fi
 }}
@@ -44,16 +45,23 @@ task_code() {{
 say "job $SLURM_JOB_ID (requeued ${{SLURM_RESTART_COUNT:-0}} times) on $SLURM_JOB_NODELIST; task logs in $LOGS"
 {prepare} || exit $?
 
-requeue() {{
-  say "signalled (preemption, time limit or scancel --batch): $1; requeueing the job, which resumes from the last checkpoint"
+requeue() {{  # the batch shell was signalled: a cancel ends the job for good, a warning of its end requeues it
+  local how
+  how=$("${{PY[@]}}" -m estimator_mnist.supervise.slurm_job_state "$SLURM_JOB_ID")
+  case "$how" in
+    cancelled*)
+      "${{PY[@]}}" -m estimator_mnist.supervise.slurm_step "${{TRAIN_ARGS[@]}}" --cancelled
+      say "cancelled (${{how#* }}): $1; not requeued: a cancel is final"; exit 0 ;;
+    slurm-requeues*) say "signalled: $1; ${{how#* }}"; exit 0 ;;
+  esac
+  say "signalled (preemption, time limit or scancel --batch; ${{how#* }}): $1; requeueing the job, which resumes from the last checkpoint"
   scontrol requeue "$SLURM_JOB_ID" && exit 0
   say "error: scontrol requeue $SLURM_JOB_ID failed (is JobRequeue allowed?); resubmit the script to resume"
   exit 200
 }}
 
-# Ports: where slurm.conf reserves ports (MpiParams=ports=...), each step gets its own from Slurm, the same on
-# every node and held by no other step there; elsewhere the tasks hash them from the job and step
-# (train checks its port is free before TensorFlow starts; a taken one is 200, and the rerun chooses again).
+# Ports: each task holds a free port of its own on its node and publishes it in model_dir before TensorFlow
+# starts (plan/slurm_ports.py); where slurm.conf reserves ports (MpiParams=ports=...), those Slurm gives the step.
 RESV=()
 if scontrol show config 2>/dev/null | grep -Eq '^MpiParams[[:space:]]*=.*ports='; then RESV=(--resv-ports={ntasks}); fi
 
@@ -61,6 +69,7 @@ reruns=0  # this run of the job's, for the log names; the restart budget counts 
 while :; do
   [ "$stop" -eq 1 ] && requeue "before the step started"
   attempt="${{SLURM_RESTART_COUNT:-0}}.$reruns"
+  export ESTIMATOR_MNIST_SLURM_ATTEMPT="$attempt"  # the step's tasks key their ports and their ends by it
   srun --kill-on-bad-exit=1 --ntasks={ntasks} --distribution=block "${{RESV[@]}}" --output="$LOGS/rank-%t.log" \\
     "${{EM[@]}}" train "${{TRAIN_ARGS[@]}}" 2>"$LOGS/srun-$attempt.err" &
   step=$!
@@ -82,8 +91,9 @@ while :; do
   [ "$stop" -eq 1 ] && say "signalled (preemption, time limit or scancel --batch), but the step's code is $code: not requeued"
   case "$code" in
     0) say "done: the step's tasks all exited 0"; exit 0 ;;
-    200)  # a preemption (its stop step saved) never counts; a failure counts against restart.max_restarts as
-          # failures in a row without a newer checkpoint (supervise/restart_budget.py): past them, one line and exit 1
+    200)  # a step whose every task was asked to stop never counts; one in which a task failed by itself counts
+          # against restart.max_restarts as failures in a row without a newer checkpoint
+          # (supervise/slurm_reruns.py, restart_budget.py): past them, one line and exit 1
       "${{PY[@]}}" -m estimator_mnist.supervise.slurm_reruns "${{TRAIN_ARGS[@]}}" || exit $?
       reruns=$((reruns + 1)) ;;
     *) say "error: a task exited $code; the job ends with it; see $LOGS"; exit "$code" ;;

@@ -8,8 +8,11 @@ once; and it counts also a step whose writer task never started (srun failed to 
 kept by the tasks would miss. A requeue keeps SLURM_JOB_ID and model_dir, so the count carries across it;
 a job submitted again starts with a fresh budget.
 
-A step that exited 200 because its tasks were asked to stop (`scancel --signal=TERM`, a preemption) and saved
-the checkpoint of their stop step is a preemption, never an incident; any other 200 is a failure, counted
+What failed decides, from each task's own word (slurm_task_end.py): a step in which any task failed by itself
+(a non-zero exit it chose, or a death by a signal it was not asked to stop with) is one incident, whatever its
+peers did when srun signalled them after it (--kill-on-bad-exit), and even when the chief, so signalled,
+saved its stop step and marked a preemption: the mark is dropped. A step whose every task was asked to stop
+(`scancel --signal=TERM`, a preemption, a time limit) is none, its stop step saved or not. Incidents count
 against restart.max_restarts as failures in a row without a newer checkpoint (restart_budget.py has the rule).
 Within the budget it prints the rerun's line and exits 0, and the script runs the step again; past it, one
 line naming the budget and the incidents counted, and exit 1, which ends the job with 1.
@@ -22,12 +25,14 @@ import sys
 
 from estimator_mnist.checkpoints import latest_step
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, USAGE_EXIT_CODE, PermanentFailure, RetryableFailure, UsageError
+from estimator_mnist.plan import slurm_records
+from estimator_mnist.plan.slurm_source import ordered_tasks
 from estimator_mnist.preemption_mark import take_mark
 from estimator_mnist.supervise.restart_budget import RestartBudget, budget_line, describe, job_of
 from estimator_mnist.supervise.restart_record import record_path
 from estimator_mnist.supervise.slurm_step import config_of, train_args_parser
+from estimator_mnist.supervise.slurm_task_end import END_KIND, failed_by_itself
 
-INCIDENT = "step exited 200"
 ERR_NO_JOB = "SLURM_JOB_ID is not set: the batch script runs under sbatch, which sets it; submit the script with sbatch"
 ERR_SPENT = ("the step exited 200 (retryable) again, and the restart budget is used up: job {job} failed {count} times "
              "in a row without a newer checkpoint (restart.max_restarts={limit}): {incidents}; a fault keeps coming "
@@ -35,10 +40,20 @@ ERR_SPENT = ("the step exited 200 (retryable) again, and the restart budget is u
              "(a new job starts with a fresh budget)")
 
 
+def failures(config, environ) -> list:
+    """What failed by itself in the step that just ended: '<task> (rank r) <why>' for each such task."""
+    key, job = slurm_records.step_key(environ), environ["SLURM_JOB_ID"]
+    found = []
+    for rank, task in enumerate(ordered_tasks(config.cluster.tasks())):
+        why = failed_by_itself(slurm_records.read_published(config.model_dir, job, END_KIND, rank), key)
+        if why:
+            found.append(f"{task} (rank {rank}) {why}")
+    return found
+
+
 def rerun(config, environ) -> tuple:
     """(exit code, line) for a step that exited 200: 0 to run it again, 1 past the budget (or with its record
-    and the record's copy both unreadable). A step stopped by a preemption, its stop step saved, is no
-    incident (preemption_mark.py)."""
+    and the record's copy both unreadable). A step whose every task was asked to stop is no incident."""
     job = job_of(environ, None)
     if job is None:
         return USAGE_EXIT_CODE, f"error: {ERR_NO_JOB}"
@@ -48,13 +63,15 @@ def rerun(config, environ) -> tuple:
     except PermanentFailure as exc:
         return 1, f"error: {exc}"
     latest = latest_step(config.model_dir, strict=True)  # a state the storage refuses: exit 1, not "none"
-    mark = take_mark(config.model_dir, latest)
-    if mark is not None:
-        event = budget.record_preemption(mark, latest)
+    mark = take_mark(config.model_dir, latest)  # taken either way: a failure's peers' stop is no preemption
+    failed = failures(config, environ)
+    if not failed:
+        event = budget.record_preemption(mark or {"step": latest, "task": None}, latest)
         budget.note_restored(latest)
-        return 0, (f"the step exited 200 (retryable): {budget_line(event, job.key, budget.max_restarts)}; running "
-                   "it again from that checkpoint")
-    incident = budget.record_failure(INCIDENT, latest, requeues=int(environ.get("SLURM_RESTART_COUNT") or 0))
+        return 0, (f"the step exited 200 (retryable), every task asked to stop: "
+                   f"{budget_line(event, job.key, budget.max_restarts)}; running it again from that checkpoint")
+    incident = budget.record_failure("; ".join(failed), latest,
+                                     requeues=int(environ.get("SLURM_RESTART_COUNT") or 0))
     budget.note_restored(latest)  # what the rerun restores, whether or not its writer gets as far as counting
     if budget.exhausted:
         logs = os.path.join(config.run_dir, "logs", f"slurm-{environ['SLURM_JOB_ID']}")

@@ -6,6 +6,9 @@ model_dir (launch's Monitor and Console), and prints to the job's output
 until the step (srun, PID) ends; then it writes run_summary.json there, for
 `estimator-mnist summary`. The tasks run on other nodes, so a record
 counts once it was written after this step began, not by the tasks' PIDs.
+It outlives the SIGTERM a cancel sends to every process of the batch step (it ignores it) and ends with
+the step. After a cancel the batch script runs it again with --cancelled, which only rewrites the summary:
+the run cancelled, each task's end as it said it (slurm_task_end.py).
 No TensorFlow.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -22,10 +26,13 @@ from estimator_mnist import checkpoints
 from estimator_mnist.config import load_config
 from estimator_mnist.storage import write_json
 from estimator_mnist.errors import PermanentFailure
+from estimator_mnist.plan import slurm_records
+from estimator_mnist.plan.slurm_source import ordered_tasks
 from estimator_mnist.supervise.launch.monitor import Monitor
 from estimator_mnist.supervise.launch.report import SUMMARY_FILE, Console
 from estimator_mnist.progress import read_progress
 from estimator_mnist.supervise.restart_budget import RestartBudget, job_of
+from estimator_mnist.supervise.slurm_task_end import END_KIND
 
 POLL_SECS = 1.0
 
@@ -52,7 +59,22 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def write_summary(config, cluster_file: str, environ=None) -> None:
+def task_ends(config, environ, cancelled: bool) -> Dict[str, str]:
+    """Each task's end in the step that ended last, as the task said it."""
+    key, job, ends = slurm_records.step_key(environ), environ.get("SLURM_JOB_ID"), {}
+    for rank, task in enumerate(ordered_tasks(config.cluster.tasks())):
+        record = slurm_records.read_published(config.model_dir, job, END_KIND, rank) if job else None
+        if record is None or record.get("step") != key:
+            ends[str(task)] = "no word (killed, or never started)"
+        elif record.get("signal"):
+            ends[str(task)] = (f"{'cancelled' if cancelled else 'asked to stop'} ({record['signal']}), exit "
+                               f"{record.get('code')}")
+        else:
+            ends[str(task)] = f"exit {record.get('code')}"
+    return ends
+
+
+def write_summary(config, cluster_file: str, environ=None, cancelled: bool = False) -> None:
     """run_summary.json in the shared run_dir, so that `estimator-mnist summary RUN_DIR` finds the run; its
     restarts are the job's reruns so far, from the restart budget's record (reruns.py)."""
     environ = os.environ if environ is None else environ
@@ -63,14 +85,18 @@ def write_summary(config, cluster_file: str, environ=None) -> None:
         reruns = []  # both copies unreadable: the reruns' own line says so, and how to reset
     final = checkpoints.final_of(checkpoints.read_eval_results(config.model_dir), config.training.max_steps)
     step = checkpoints.latest_step(config.model_dir)
+    status = "finished" if final else f"stopped at step {step}"
+    if cancelled:
+        status = f"cancelled (scancel) at step {step}: not requeued"
     write_json(Path(config.run_dir, SUMMARY_FILE), {
-        "status": "finished" if final else f"stopped at step {step}", "cluster_file": cluster_file,
+        "status": status, "cluster_file": cluster_file, "tasks": task_ends(config, environ, cancelled),
         "strategy": config.strategy.name, "max_steps": config.training.max_steps, "global_step": step,
         "accuracy": final["accuracy"] if final else None, "export": final["export"] if final else None,
         "run_dir": config.run_dir, "model_dir": config.model_dir, "restart_policy": "slurm batch script",
         "restarts": [{"number": i["number"], "time": i["time"], "reason": "the step exited 200 (retryable)"}
                      for i in reruns],
-        "slurm": {"job_id": environ.get("SLURM_JOB_ID"), "requeues": int(environ.get("SLURM_RESTART_COUNT", 0))},
+        "slurm": {"job_id": environ.get("SLURM_JOB_ID"), "requeues": int(environ.get("SLURM_RESTART_COUNT", 0)),
+                  "cancelled": cancelled},
     }, indent=2)
 
 
@@ -112,11 +138,16 @@ def config_of(args):
 
 def main(argv=None) -> int:
     parser = train_args_parser("python -m estimator_mnist.supervise.slurm_step")
-    parser.add_argument("--pid", type=int, required=True)
+    parser.add_argument("--pid", type=int)
+    parser.add_argument("--cancelled", action="store_true", help="only write the summary of a cancelled job")
     args = parser.parse_args(argv)
     config = config_of(args)
-    watch(config, args.pid)
-    write_summary(config, args.cluster)
+    if not args.cancelled:
+        if args.pid is None:
+            parser.error("--pid is required without --cancelled")
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a cancel's SIGTERM: the summary is still written
+        watch(config, args.pid)
+    write_summary(config, args.cluster, cancelled=args.cancelled)
     return 0
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
 
 from estimator_mnist.plan.task_spec import spec_environment
+from estimator_mnist.supervise.slurm_job_state import job_fields, verdict
 
 
 def own_cpus(environ: Mapping[str, str]) -> Optional[int]:
@@ -73,6 +74,10 @@ class TrialStep:
         if self.running:
             self.ask_to_stop()
         self.popen.wait()
+
+    def stop_verdict(self) -> Tuple[str, str]:
+        """After a SIGTERM to the array task: cancelled, or warned of its end (slurm_job_state.py)."""
+        return verdict(job_fields(self.job))
 
     def requeue(self) -> Tuple[bool, str]:
         """`scontrol requeue` of this array task: (done, scontrol's error)."""

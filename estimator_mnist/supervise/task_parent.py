@@ -53,6 +53,7 @@ from estimator_mnist.supervise.process_group import describe_exit, die_with_pare
 from estimator_mnist.plan.peers import describe_missing, missing_peers, peers_of
 from estimator_mnist.progress import FRESH_SECS, read_progress
 from estimator_mnist.supervise.child_stderr import FilteredStderr
+from estimator_mnist.supervise.slurm_task_end import TaskEnd
 from estimator_mnist.plan.task_plan import TaskPlan
 from estimator_mnist.plan.task_spec import TaskSpec, spec_environment
 from estimator_mnist.tasklog import log
@@ -104,8 +105,8 @@ class TaskParent:
                  preemption_grace_secs: float = TrainingConfig.preemption_grace_secs,
                  start_gate: Optional[Callable[[], bool]] = None,
                  stall_secs: Optional[float] = LauncherConfig.stall_timeout_secs, clock=time.monotonic,
-                 saved: Callable[[], Optional[str]] = lambda: None):
-        self.plan, self.saved = plan, saved  # saved(): what of the task's work is on disk once all is, else None
+                 saved: Callable[[], Optional[str]] = lambda: None, on_stop: Callable[[int], None] = lambda _: None):
+        self.plan, self.saved, self.on_stop = plan, saved, on_stop  # saved(): what of the task's work is on disk once all is, else None
         self.stall_secs, self._clock = stall_secs, clock  # stall_secs None: launch watches
         self.stopped_since: Optional[float] = None
         # The child starts once start_gate says True; its session must form within session_timeout_secs.
@@ -119,6 +120,7 @@ class TaskParent:
         now = time.monotonic()
         if self.stop_signal is None:
             self.stop_signal, self.stop_requested_at = signum, now
+            self.on_stop(signum)  # under srun, said before anything else: a SIGKILL may follow (slurm_task_end.py)
         elif signum == signal.SIGTERM and now - self.stop_requested_at >= REPEAT_SECS and self.child is not None:
             self.child.kill()  # a second SIGTERM: at once
             return
@@ -258,9 +260,14 @@ def run_task_process(spec: TaskSpec) -> int:
     config, plan = spec.config, spec.plan
     gate = evaluator_gate(config.records_dir, config.model_dir, started=time.time()) if plan.starts_after_trainers else None
     ready_read, ready_write = os.pipe()
+    end = TaskEnd.under_slurm(config.model_dir, str(plan.task), os.environ)
     parent = TaskParent(plan, config.training.session_creation_timeout_secs, config.training.preemption_grace_secs,
                         gate, stopped_child_limit(spec),
                         saved=lambda: checkpoints.work_saved(config.model_dir, config.training.max_steps,
-                                                             plan.task.is_evaluator or plan.evaluates_itself))
-    return parent.run(child_command(ready_write), ready_write, ready_read, spec_environment(os.environ),
+                                                             plan.task.is_evaluator or plan.evaluates_itself),
+                        on_stop=end.asked_to_stop if end else lambda _: None)
+    code = parent.run(child_command(ready_write), ready_write, ready_read, spec_environment(os.environ),
                       spec.to_json().encode())
+    if end is not None:
+        end.ended(code)
+    return code

@@ -16,7 +16,11 @@ as the batch shell of array task SLURM_ARRAY_TASK_ID and:
   restart.max_restarts (Reruns);
 - on SIGTERM to itself (`--signal=B:TERM@N` before the time limit,
   preemption, `scancel --batch --signal=TERM`) it stops the step at a saved
-  step and requeues itself with `scontrol requeue`; the trial resumes there;
+  step and requeues itself with `scontrol requeue`; the trial resumes there.
+  A plain `scancel` of the array task sends the same SIGTERM: Slurm's job
+  state tells it apart (supervise/slurm_job_state.py), and a cancelled
+  trial is recorded "cancelled" and not requeued (the script submitted
+  again resumes it);
 - records every attempt in its row of sweep.json, under the sweep's lock
   (sweep/shared.py), with sweep.csv and best.yaml rewritten each time; the
   array task that records the last trial prints the sweep's final table.
@@ -35,6 +39,7 @@ from estimator_mnist.config import timeouts
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, UsageError
 from estimator_mnist.mnist_data.prepare import is_prepared
 from estimator_mnist.progress import read_progress
+from estimator_mnist.supervise.slurm_job_state import CANCELLED
 from estimator_mnist.supervise.slurm_trial_step import TrialStep, gpus_from_slurm, own_cpus
 from estimator_mnist.sweep import records, shared, trials
 from estimator_mnist.sweep.stopping import median_verdict
@@ -227,6 +232,11 @@ class ArrayTask:
 
     def _requeue(self, code: int) -> int:
         step = checkpoints.latest_step(str(self.trial.model_dir))
+        word, why = self.step.stop_verdict()
+        if word == CANCELLED:
+            self._ended("cancelled", f"cancelled (scancel of job {self.job}, {why}) at step {step}: not requeued; "
+                                     "submit the sweep's script again to resume it", code)
+            return 0
         self._ended("interrupted", f"preempted (SIGTERM to array task, job {self.job}) at step {step}: "
                             "requeued, it resumes from its checkpoint", code)
         done, error = self.step.requeue()

@@ -41,6 +41,8 @@ from estimator_mnist.tf_task.tf_workarounds import (bound_close_after_an_error, 
 
 # TensorFlow's errors for a peer that is gone or unreachable, or a wait that timed out: a restart can cure them.
 TRANSIENT_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError)
+# TF 2.15's error when its gRPC server cannot bind its port (grpc_server_lib.cc): UnknownError with this text.
+SERVER_NOT_STARTED = "Could not start gRPC server"
 
 
 def _configure_logging(task: TaskId) -> None:
@@ -199,6 +201,15 @@ def lost_cluster(plan: TaskPlan, exc: Exception) -> RetryableFailure:
     return RetryableFailure(f"task {plan.task} {who}: {type(exc).__name__}: {cause_of(str(exc))}; {RETRYABLE_NOTE}")
 
 
+def server_failure(plan: TaskPlan, exc: Exception) -> RetryableFailure:
+    """The one-line retryable failure for a server whose port was taken between its choice and TensorFlow's bind."""
+    cluster, task = (plan.tf_config or {}).get("cluster") or {}, plan.task
+    address = (cluster.get(task.type) or [])[task.index:task.index + 1] or ["?"]
+    port = address[0].rsplit(":", 1)[-1]
+    return RetryableFailure(f"task {task}: TensorFlow could not listen on port {port} ({address[0]}: {exc.message}, "
+                            f"the port was taken by another process); {RETRYABLE_NOTE}")
+
+
 def run_task(spec: TaskSpec, priority: str = "unchanged", ready_fd=None) -> int:
     """Runs the task of `spec` until training (or evaluation) ends. Its plan is already applied."""
     configure_devices(spec.plan)  # before anything starts TensorFlow's runtime
@@ -243,6 +254,10 @@ def run_task(spec: TaskSpec, priority: str = "unchanged", ready_fd=None) -> int:
                 run_trainer(config, plan, estimator, train_spec, eval_spec, preemption)
     except TRANSIENT_ERRORS as exc:
         raise lost_cluster(plan, exc) from None
+    except tf.errors.UnknownError as exc:
+        if SERVER_NOT_STARTED not in exc.message:
+            raise
+        raise server_failure(plan, exc) from None
     except (tf.errors.ResourceExhaustedError, OSError) as exc:
         if is_disk_full(exc):  # a full disk while saving or exporting: exit 1 (disk_full.py says why)
             raise disk_full_failure(str(task), config.model_dir, exc) from None

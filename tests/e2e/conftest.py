@@ -59,14 +59,28 @@ def mnist_data_dir():
     return data_dir
 
 
-@pytest.fixture(scope="session")
-def slurm():
+def _slurm_cluster(reserved_ports: bool):
     from tests.e2e.simulated_hosts import require_namespaces
     from tests.e2e.slurm_cluster import PACKAGES, SlurmCluster
     from tests.system_packages import require_debian_packages
 
     require_namespaces()
     require_debian_packages(*PACKAGES)
-    cluster = SlurmCluster(f"s{os.getpid() % 100000}{uuid.uuid4().hex[:3]}")
+    return SlurmCluster(f"{'s' if reserved_ports else 'u'}{os.getpid() % 100000}{uuid.uuid4().hex[:3]}",
+                        reserved_ports=reserved_ports)
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """The cluster with ports reserved for steps (MpiParams=ports)."""
+    cluster = _slurm_cluster(reserved_ports=True)
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def slurm_without_reserved_ports():
+    """The common configuration, no MpiParams=ports: the tasks choose their ports (test_slurm_operations.py)."""
+    cluster = _slurm_cluster(reserved_ports=False)
     yield cluster
     cluster.close()

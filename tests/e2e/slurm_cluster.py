@@ -7,6 +7,8 @@ the state, spool, logs and pid files (`%n` gives each node its own), a munged on
 the nodes (the tasks inherit it; the machine's /etc/hosts is never edited). slurmd enters only the network
 namespace with `nsenter --net`: under `ip netns exec`, which remounts /sys, it stops with "No filesystem
 mounted on /sys/fs/cgroup". Client commands (sbatch, scontrol, scancel) run in n1's namespace.
+With `reserved_ports` slurm.conf reserves ports for steps (MpiParams=ports=...); without, the common
+configuration, the tasks choose their own (plan/slurm_ports.py): the suite runs both.
 close() stops the daemons by PID and deletes the namespaces, also after a failure; should the test process
 itself be killed, the daemons die with it (PR_SET_PDEATHSIG), and only the named namespaces remain.
 """
@@ -61,8 +63,7 @@ SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=5,bf_interval=5
 MpiDefault=none
-MpiParams=ports={ports}
-SwitchType=switch/none
+{mpi_params}SwitchType=switch/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
@@ -76,8 +77,8 @@ PartitionName=em Nodes=n[1-2] Default=YES MaxTime=INFINITE State=UP
 
 
 class SlurmCluster:
-    def __init__(self, tag: str, kill_wait: int = 30):
-        self.tag = tag
+    def __init__(self, tag: str, kill_wait: int = 30, reserved_ports: bool = True):
+        self.tag, self.reserved_ports = tag, reserved_ports
         self.daemons: List[subprocess.Popen] = []
         self.root = Path(tempfile.mkdtemp(prefix=f"em-slurm-{tag}-"))
         self.root.chmod(0o755)  # munged, as the munge user, must reach its own directory below
@@ -105,7 +106,8 @@ class SlurmCluster:
         self.conf.write_text(SLURM_CONF.format(
             tag=self.tag, hostname=socket.gethostname(), ctld_address=ADDRESSES["a"], ctld_port=CTLD_PORT,
             slurmd_port=SLURMD_PORT, munge_socket=self.root / "munge" / "socket", root=self.root, nodes=nodes,
-            kill_wait=kill_wait, cred_expire=CRED_EXPIRE_SECS, ports=RESERVED_PORTS))
+            kill_wait=kill_wait, cred_expire=CRED_EXPIRE_SECS,
+            mpi_params=f"MpiParams=ports={RESERVED_PORTS}\n" if self.reserved_ports else ""))
         machine_hosts = Path("/etc/hosts").read_text(encoding="utf-8")
         names = "".join(f"{ADDRESSES[host]} {name}\n" for name, host in NODES.items())
         (self.root / "hosts").write_text(machine_hosts + names)

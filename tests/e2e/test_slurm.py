@@ -4,6 +4,7 @@ nodes; a SIGTERM to the step's tasks makes the script rerun the step from the on
 the batch shell (preemption, a time limit) requeues the job, which resumes; a step of the wrong size is one
 line and exit 2. Together they add about 4-6 minutes (2 busy cores), daemons included."""
 
+import json
 import os
 import re
 import subprocess
@@ -148,4 +149,23 @@ def test_a_step_whose_task_count_differs_from_the_yaml_s_is_one_line_and_exit_2(
     assert result.returncode == 2, result.stderr
     assert lines and all("the cluster has 3 tasks (chief:0, evaluator:0, worker:0) but the Slurm step has 2" in line
                          for line in lines), result.stderr
+    assert not slurm.processes_left(str(tmp_path))
+
+
+def test_a_plain_scancel_is_final_the_job_stays_cancelled_and_the_summary_says_so(slurm, tmp_path, mnist_data_dir):
+    """The cancel's SIGTERM reaches the batch shell as a preemption's would: Slurm's job state tells them apart."""
+    job_id, _ = submit(slurm, tmp_path, mnist_data_dir, steps=1500, save=10, delay=100, wait=False)
+    wait_for(lambda: latest_step(str(tmp_path / "model")), WAIT_SECS, "the first checkpoint",
+             lambda: job_output(slurm, tmp_path))
+    slurm.run(["scancel", job_id])
+    wait_for(lambda: slurm.job(job_id)["JobState"] == "CANCELLED", 90, "the cancel's end",
+             lambda: job_output(slurm, tmp_path))
+    time.sleep(5)  # a requeue would have made it PENDING at once
+    output = job_output(slurm, tmp_path, whole=True)
+    job = slurm.job(job_id)
+    assert job["JobState"] == "CANCELLED" and job["Restarts"] == "0", (job, output[-6000:])
+    assert "not requeued: a cancel is final" in output and "requeueing" not in output, output[-6000:]
+    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
+    assert summary["status"].startswith("cancelled (scancel) at step") and summary["slurm"]["cancelled"], summary
+    assert set(summary["tasks"].values()) == {"cancelled (SIGTERM), exit 200"}, summary
     assert not slurm.processes_left(str(tmp_path))

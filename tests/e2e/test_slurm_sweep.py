@@ -9,6 +9,7 @@ checkpoint, and one to the array task itself requeues it; the record shows each 
 
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -147,4 +148,24 @@ def test_a_signalled_trial_runs_again_from_its_checkpoint_and_a_signalled_array_
     log = (tmp_path / "s" / "trial-000" / "trial.log").read_text()
     for stop in (first_stop, row["history"][2]["from_step"]):  # each stop saved its step, the next run restored it
         assert f"Restoring parameters from {model_dir}/model.ckpt-{stop}" in log, out
+    assert not slurm.processes_left(str(tmp_path))
+
+
+def test_a_cancelled_array_task_is_not_requeued_and_sweep_status_says_cancelled(slurm, tmp_path, mnist_data_dir):
+    made, _ = sweep_script(tmp_path, mnist_data_dir, ["--param", "model.learning_rate=0.003"], steps=1500, save=10,
+                           delay=100)
+    assert made.returncode == 0, made.stderr
+    job = submit(slurm, tmp_path, made.stdout, wait=False)
+    wait_for(lambda: latest_step(str(tmp_path / "s" / "trial-000" / "model")), WAIT_SECS, "the first checkpoint",
+             lambda: outputs(tmp_path))
+    slurm.run(["scancel", f"{job}_0"])
+    wait_for(lambda: slurm.job(f"{job}_0")["JobState"] == "CANCELLED", 90, "the cancel's end",
+             lambda: outputs(tmp_path))
+    time.sleep(5)  # a requeue would have made it PENDING at once
+    state = slurm.job(f"{job}_0")
+    row = records.read_sweep(tmp_path / "s")["trials"][0]
+    assert state["JobState"] == "CANCELLED" and state["Restarts"] == "0", (state, outputs(tmp_path))
+    assert row["state"] == "cancelled" and "not requeued" in row["reason"], row
+    status = cli("sweep-status", "--sweep-dir", str(tmp_path / "s"))
+    assert status.returncode == 0 and "1 trials: 1 cancelled" in status.stdout, status.stdout + status.stderr
     assert not slurm.processes_left(str(tmp_path))

@@ -17,7 +17,7 @@ import yaml
 
 from estimator_mnist.config import config_from_dict
 from estimator_mnist.errors import INTERRUPTED_EXIT_CODE
-from estimator_mnist.files import read_json
+from estimator_mnist.storage import read_json
 from estimator_mnist.sweep import records
 from tests.helpers import REPO, descendants, pids_alive
 

@@ -37,6 +37,10 @@ exit 143
 FAKE_SCANCEL = '#!/bin/bash\necho "scancel $*" >> "$FAKE/calls"\n'
 FAKE_SCONTROL = ('#!/bin/bash\necho "scontrol $*" >> "$FAKE/calls"\n'
                  '[ "$*" = "show config" ] && [ -e "$FAKE/mpi_ports" ] && echo "MpiParams               = ports=20000-20999"\n'
+                 # The job's state as Slurm 22.05 shows it in the batch shell's trap: RUNNING after a warning
+                 # (time limit, preemption, scancel --batch), COMPLETING after a plain scancel.
+                 '[ "$1 $2 $3" = "-o show job" ] && echo "JobId=$4 JobState=$(cat "$FAKE/job_state" 2>/dev/null || '
+                 'echo RUNNING) Reason=None PreemptTime=None"\n'
                  'exit 0\n')
 
 
@@ -140,6 +144,16 @@ def test_a_signalled_batch_shell_stops_the_step_and_requeues(fake):
     code, out, calls = signal_the_batch_shell(fake, 200)
     assert "scancel --signal=TERM 77" in calls and "scontrol requeue 77" in calls
     assert code == 0 and "requeueing the job" in out and steps_run(fake) == 1
+
+
+def test_a_cancelled_job_is_not_requeued_and_its_summary_says_cancelled(fake):
+    (fake[0] / "job_state").write_text("COMPLETING\n")  # a plain scancel: CANCELLED|COMPLETING
+    code, out, calls = signal_the_batch_shell(fake, 200)
+    assert "scontrol -o show job 77" in calls and "scontrol requeue" not in calls and "requeueing" not in out, out
+    assert code == 0 and "cancelled (JobState=COMPLETING Reason=None: cancelled (scancel)): the step's tasks stopped " \
+        "with 200; not requeued: a cancel is final" in out and steps_run(fake) == 1
+    summary = json.loads((fake[0] / "run" / "run_summary.json").read_text())
+    assert summary["status"].startswith("cancelled (scancel)") and summary["slurm"]["cancelled"] is True
 
 
 @pytest.mark.parametrize("step_ends", [0, 1, 2])

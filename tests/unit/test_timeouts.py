@@ -32,6 +32,7 @@ NOT_BOUNDS_IN_CODE = {
     ("supervise/launch/report.py", "WAITING_EVERY_SECS"): "the rhythm of launch's waiting lines",
     ("supervise/launch/supervisor.py", "POLL_SECS"): "how often launch looks at its tasks",
     ("supervise/slurm_step.py", "POLL_SECS"): "how often a Slurm step is looked at",
+    ("plan/slurm_ports.py", "POLL_SECS"): "how often a Slurm step's tasks look for their peers' ports",
     ("supervise/task_parent.py", "REPEAT_SECS"): "a second SIGTERM within it is the same request",
     ("supervise/task_parent.py", "GATE_POLL_SECS"): "how often the evaluator's start gate is looked at",
     ("sweep/scheduler.py", "POLL_SECS"): "how often the sweep looks at its trials",
