@@ -150,12 +150,6 @@ class ArrayTask:
         others = {t.name: trials.evaluations(t) for t in self.others}
         return median_verdict(trials.evaluations(self.trial), others, metric=self.plan.ranked_by)
 
-    def _progress(self) -> None:
-        live = trials.live(self.trial.directory)
-        self.console.event(f"{self.trial.name} step {live['global_step'] if live['global_step'] is not None else '-'}"
-                           f"/{self.trial.max_steps} validation accuracy {_fmt(live['validation_accuracy'])} test "
-                           f"accuracy {_fmt(live['accuracy'])}")
-
     def _watch(self):
         """Waits for the step; a Verdict when the median rule stopped it, else None."""
         shown = time.monotonic()
@@ -166,7 +160,7 @@ class ArrayTask:
                 return verdict
             if time.monotonic() - shown >= PROGRESS_SECS:
                 shown = time.monotonic()
-                self._progress()
+                show_progress(self.console, self.trial)
         return None
 
     def _attempt(self) -> tuple:
@@ -246,6 +240,14 @@ class ArrayTask:
             return RETRYABLE_EXIT_CODE
         self.console.event(f"{self.trial.name}: job {self.job} requeued; the trial resumes from step {step}")
         return 0
+
+
+def show_progress(console: SweepConsole, trial) -> None:
+    live = trials.live(trial.directory)
+    console.event(f"{trial.name} step {live['global_step'] if live['global_step'] is not None else '-'}"
+                  f"/{trial.max_steps} validation accuracy {_fmt(live['validation_accuracy'])} test "
+                  f"accuracy {_fmt(live['accuracy'])}")
+
 
 def final_table(console: SweepConsole, plan, record: dict) -> None:
     """Once no trial is left to run: the sweep's final table and its best trial, as a local sweep prints them."""
