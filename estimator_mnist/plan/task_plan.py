@@ -126,6 +126,9 @@ def _logical_cpus(config: Config, task: TaskId) -> int:
     return max(cpu_indices, default=0) + 1
 
 
+PROXY_VARIABLES = ("grpc_proxy", "https_proxy", "http_proxy", "HTTPS_PROXY", "HTTP_PROXY")
+
+
 def _environment(config: Config, settings: TaskSettings, environ: Mapping[str, str],
                  gpus_from_manager: bool = False, x86: bool = True,
                  shares_port: bool = False) -> Tuple[Tuple[str, str], ...]:
@@ -134,6 +137,14 @@ def _environment(config: Config, settings: TaskSettings, environ: Mapping[str, s
         # The task's parent holds the server's port, bound with SO_REUSEPORT, so that nothing else takes it
         # before TensorFlow's bind (plan/slurm_ports.py); TF 2.15's gRPC server binds it beside only with this.
         env["TF_GRPC_REUSE_PORT"] = "1"
+    if any(environ.get(name) for name in PROXY_VARIABLES):
+        # TF 2.15's gRPC channels between the tasks honour https_proxy and http_proxy (gRPC's http_proxy mapper):
+        # with a proxy set for the bucket (docs/storage.md) the peers were dialled through it, and the cluster
+        # never formed (tests/e2e/test_gcs_run.py, its pods). gRPC reads no_grpc_proxy before no_proxy: the
+        # cluster's hosts, with what the user already excluded.
+        kept = environ.get("no_grpc_proxy") or environ.get("no_proxy") or environ.get("NO_PROXY") or ""
+        hosts = sorted({config.cluster.host(t) for t in config.cluster.tasks()})
+        env["no_grpc_proxy"] = ",".join(dict.fromkeys([*filter(None, kept.split(",")), *hosts]))
     if x86:
         # TF 2.15 turns oneDNN on by itself only with cpu.TF_ONEDNN_DEFAULT_FLAGS; elsewhere (AVX2-only
         # EPYCs) its Eigen kernels are much slower (docs/performance.md, "oneDNN on every x86 CPU").

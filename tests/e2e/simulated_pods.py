@@ -48,8 +48,9 @@ class SimulatedPods:
     def tf_config(self, kind: str, index: int) -> str:
         return json.dumps({"cluster": self.cluster, "task": {"type": kind, "index": index}, "environment": "cloud"})
 
-    def start(self, kind: str, index: int, args: List[str], log: Path) -> subprocess.Popen:
-        env = {**os.environ, "TF_CONFIG": self.tf_config(kind, index)}
+    def start(self, kind: str, index: int, args: List[str], log: Path, env=None) -> subprocess.Popen:
+        """`env`: the pod's environment (default: this process's), with its TF_CONFIG."""
+        env = {**(os.environ if env is None else env), "TF_CONFIG": self.tf_config(kind, index)}
         with open(log, "ab") as out:
             proc = subprocess.Popen(["ip", "netns", "exec", self.ns, sys.executable, "-m", "estimator_mnist", *args],
                                     stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)

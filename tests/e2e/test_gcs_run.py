@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,9 @@ import pytest
 from estimator_mnist import storage
 from estimator_mnist.checkpoints import latest_step, read_eval_results
 from estimator_mnist.progress import read_progress
+from tests.e2e.simulated_hosts import require_namespaces
+from tests.e2e.simulated_pods import SimulatedPods
+from tests.gcs_netns import NamespaceListener
 from tests.helpers import REPO, free_ports, launch_cluster
 
 GCS_YAML = """
@@ -43,7 +47,7 @@ model_dir: {model_dir}
 STEPS, SAVE = 40, 20
 POD_YAML = """
 strategy: {{name: multi_worker_mirrored, communication: ring, collective_timeout_secs: 300}}
-training: {{batch_size_per_replica: 32, max_steps: {steps}, save_checkpoints_steps: 100000, log_step_count_steps: 5,
+training: {{batch_size_per_replica: 32, max_steps: {steps}, save_checkpoints_steps: {steps}, log_step_count_steps: 5,
            preemption_grace_secs: 30, teardown_timeout_secs: 5}}
 evaluation: {{throttle_secs: 0, start_delay_secs: 0}}
 tasks: {{all: {{step_delay_ms: 40}}}}
@@ -104,26 +108,25 @@ def test_the_evaluations_in_the_bucket_are_read_where_they_are(bucket_run, gcs_s
 
 
 class Pods:
-    """A TFJob's pods, each re-created after every exit as training-operator v1.9 does under restartPolicy
-    ExitCode (200 is retryable): a fresh `train` with a fresh run_dir each time, nothing kept but the bucket."""
+    """A TFJob's pods (Kubeflow's exact TF_CONFIG in a network namespace of the test's, tests/e2e/simulated_pods.py),
+    each re-created after every exit as training-operator v1.9 does under restartPolicy ExitCode (200 is
+    retryable): a fresh `train` with a fresh run_dir each time, nothing kept but the bucket, which the pods reach
+    through the GCS proxy's listener inside their namespace."""
 
-    def __init__(self, tmp_path, yaml_file, model_dir, env):
-        ports = iter(free_ports(2))
-        self.cluster = {"chief": [f"localhost:{next(ports)}"], "worker": [f"localhost:{next(ports)}"],
-                        "evaluator": ["localhost:2222"]}  # the evaluator's address is never dialled
-        self.tmp, self.yaml, self.model_dir, self.env = tmp_path, yaml_file, model_dir, env
+    def __init__(self, tmp_path, yaml_file, model_dir, gcs_server):
+        self.simulated = SimulatedPods(uuid.uuid4().hex[:6], {"Chief": 1, "Worker": 1, "Evaluator": 1})
+        self.listener = NamespaceListener(gcs_server.proxy, self.simulated.ns)
+        self.env = self.listener.env({**os.environ, **gcs_server.env()})
+        self.tmp, self.yaml, self.model_dir = tmp_path, yaml_file, model_dir
         self.procs, self.starts, self.done = {}, {}, set()
 
     def start(self, name):
         kind, index = name.split(":")
         number = self.starts[name] = self.starts.get(name, 0) + 1
         run_dir, log = self.tmp / f"{kind}-{number}" / "run", self.tmp / f"{kind}-{number}.log"
-        tf_config = {"cluster": self.cluster, "task": {"type": kind, "index": int(index)}, "environment": "cloud"}
-        with open(log, "w") as out:
-            self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "estimator_mnist", "train", "--cluster", str(self.yaml), "--model-dir",
-                 self.model_dir, "--run-dir", str(run_dir)], stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
-                env={**self.env, "TF_CONFIG": json.dumps(tf_config)}, start_new_session=True)
+        self.procs[name] = self.simulated.start(kind, int(index), [
+            "train", "--cluster", str(self.yaml), "--model-dir", self.model_dir, "--run-dir", str(run_dir)], log,
+            env=self.env)
 
     def keep_running(self) -> set:
         """Re-creates each pod that exited 200; the names of those that exited 0 (done)."""
@@ -142,10 +145,8 @@ class Pods:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-2500:]}" for p in sorted(self.tmp.glob("*.log")))
 
     def close(self):
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
+        self.simulated.close()
+        self.listener.close()
 
 
 def _wait(pods, predicate, what):
@@ -172,7 +173,8 @@ def test_pods_with_nothing_but_the_bucket_resume_after_preemptions_and_finish(gc
     yaml_file = tmp_path / "job.yaml"
     steps = 40 + 30 * PREEMPTIONS
     yaml_file.write_text(POD_YAML.format(steps=steps, data_dir=mnist_data_dir))
-    pods = Pods(tmp_path, yaml_file, model_dir, dict(os.environ))
+    require_namespaces()
+    pods = Pods(tmp_path, yaml_file, model_dir, gcs_server)
     try:
         for name in ("chief:0", "worker:0", "evaluator:0"):
             pods.start(name)
@@ -189,7 +191,7 @@ def test_pods_with_nothing_but_the_bucket_resume_after_preemptions_and_finish(gc
         evaluations = read_eval_results(model_dir)
         assert evaluations[-1]["global_step"] >= steps and evaluations[-1]["final"], pods.logs()
         record = storage.read_json(storage.join(model_dir, "restart_budget.json"))
-        assert len(record["preemptions"]) == PREEMPTIONS and record["incidents"] == [], record
+        assert record and len(record["preemptions"]) == PREEMPTIONS and record["incidents"] == [], (record, pods.logs())
         assert not list(tmp_path.glob("**/gs:*")) and gcs_server.proxy.refused == []
     finally:
         pods.close()

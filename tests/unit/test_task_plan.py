@@ -155,3 +155,13 @@ def test_an_evaluator_beside_trainers_starts_after_them_and_one_elsewhere_at_onc
     elsewhere = make({"chief": ["a:1"], "worker": ["b:1"], "evaluator": "c"})
     assert not plan(elsewhere, EVALUATOR).starts_after_trainers
     assert not any(plan(make(), t).starts_after_trainers for t in (CHIEF, WORKER0))
+
+
+def test_with_a_proxy_set_for_the_bucket_the_peers_are_dialled_directly():
+    """TF 2.15's gRPC honours https_proxy: the pods of a TFJob dialled each other through the proxy set for GCS."""
+    config = make({"chief": ["mnist-chief-0.default.svc:2222"], "worker": ["mnist-worker-0.default.svc:2222"]})
+    env = dict(plan_task(config, WORKER0, environ={"https_proxy": "http://proxy:3128", "no_proxy": "localhost,.lan"}).env)
+    assert env["no_grpc_proxy"] == "localhost,.lan,mnist-chief-0.default.svc,mnist-worker-0.default.svc"
+    assert "no_grpc_proxy" not in dict(plan_task(config, WORKER0, environ={}).env)  # no proxy: nothing to add
+    own = dict(plan_task(config, WORKER0, environ={"http_proxy": "http://p:1", "no_grpc_proxy": "a"}).env)
+    assert own["no_grpc_proxy"] == "a,mnist-chief-0.default.svc,mnist-worker-0.default.svc"
