@@ -101,7 +101,9 @@ def render(config: Config, file: str, overrides: Sequence[str], options: SbatchO
 
     check_options(config, file, options)
     name = options.job_name or os.path.splitext(os.path.basename(file))[0].lower().replace("_", "-")
-    paths = {key: os.path.abspath(getattr(config, key)) for key in ("model_dir", "run_dir", "data_dir")}
+    # The config has resolved the local paths already; a bucket model_dir stays a URL (abspath made it
+    # <cwd>/gs:/bucket/...).
+    paths = {key: getattr(config, key) for key in ("model_dir", "run_dir", "data_dir")}
     args = ["--cluster", os.path.abspath(file), *(a for o in overrides for a in ("--set", o)),
             *(a for key, path in paths.items() for a in (f"--{key.replace('_', '-')}", path))]
     tasks = ordered_tasks(config.cluster.tasks())

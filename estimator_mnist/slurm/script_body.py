@@ -5,9 +5,10 @@ BODY = """\
 # Written by `estimator-mnist slurm --cluster {file}`; submit it with sbatch.
 {directives}
 #
-# Shared storage: model_dir and run_dir below must be on storage that every node sees (NFS, Lustre, ...),
-# as for any run on several machines: the chief writes the checkpoints that the evaluator and a rerun read,
-# and every task writes its progress there. The YAML and this Python must be at the same paths on every node.
+# Shared storage: model_dir below must be on storage that every node sees, a bucket (gs://) or a shared file
+# system (NFS, Lustre, ...): the chief writes the checkpoints that the evaluator and a rerun read, and the tasks
+# their ports and progress. With a bucket, run_dir (the logs) is each node's own; otherwise it is shared too.
+# The YAML and this Python must be at the same paths on every node.
 # Ranks take the roles in this order (block distribution): {ranks}.
 # Restarts: a step that exits 200 runs again from the last checkpoint. A step whose every task was asked to stop
 # (scancel --signal, a preemption) never counts; one in which a task failed by itself is an incident, and

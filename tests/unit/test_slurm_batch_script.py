@@ -82,3 +82,14 @@ def test_a_contradiction_exits_2_with_one_line(capsys):
     assert cli.main(["slurm", "--cluster", "config/local.yaml", "--nodes", "9"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--nodes 9 is more than the cluster's 3 tasks" in err
+
+
+def test_a_bucket_model_dir_reaches_every_task_as_the_url(tmp_path):
+    """os.path.abspath made gs://bucket/run a folder <cwd>/gs:/bucket/run on every node."""
+    from estimator_mnist.config import load_config  # pylint: disable=import-outside-toplevel
+    from estimator_mnist.slurm.batch_script import SbatchOptions, render  # pylint: disable=import-outside-toplevel
+
+    path = tmp_path / "c.yaml"
+    path.write_text("cluster: {chief: ['localhost:2222'], worker: ['localhost:2223']}\nmodel_dir: gs://bkt/run\n")
+    script = render(load_config(str(path)), str(path), [], SbatchOptions())
+    assert "--model-dir gs://bkt/run " in script and "gs:/bkt" not in script.replace("gs://bkt", "")
