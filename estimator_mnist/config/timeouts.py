@@ -38,9 +38,11 @@ MODEL_DIR_LOCK_STALE_SECS = 120.0  # a lock file this old was left by a task tha
 SLURM_TRIAL_STOP_GRACE_SECS = 3.0  # a Slurm sweep's condemned trial: its SIGTERM repeated after this ends it
 SERVE_REQUEST_TIMEOUT_MS = 30000  # serve --request-timeout-ms: TF Serving's --rest_api_timeout_in_ms
 SERVE_DRAIN_DELAY_SECS = 5.0  # serve --drain-delay-secs: not ready, still answering, after SIGTERM
-SERVE_DRAIN_SECS = 20.0  # serve --drain-secs: then the requests in flight, at most
-SERVE_CLOSE_SECS = 1.0  # serve, after the drain: its batcher, its versions and its HTTP threads, each
-SERVE_GRPC_CLOSE_SECS = 5.0  # serve, after the drain: the gRPC server's stop and its thread
+SERVE_DRAIN_SECS = 15.0  # serve --drain-secs: then the requests in flight, at most
+SERVE_ANSWER_SECS = 1.0  # serve, at the drain's end: those still waiting answered UNAVAILABLE, written out
+SERVE_CLOSE_SECS = 2.0  # serve, then: HTTP, gRPC, the batcher, the versions (a load, an unload), all together
+# serve's exit after SIGTERM, at most: 23 s with the defaults, 7 s inside Kubernetes' default grace period (30 s)
+SERVE_EXIT_SECS = SERVE_DRAIN_DELAY_SECS + SERVE_DRAIN_SECS + SERVE_ANSWER_SECS + SERVE_CLOSE_SECS
 SERVE_GRPC_START_SECS = 30.0  # serve: the gRPC server's start on its event loop
 
 LAUNCH, PARENT, TF = "launch", "train (the task's parent)", "the TensorFlow process"
@@ -185,10 +187,13 @@ TIMEOUTS = (
     _c("SERVE_DRAIN_SECS", "serve", "the drain: the requests in flight",
        "those still in flight are cut off and serve exits", "<n> requests still in flight after <s> s: cut off",
        "0 (SIGTERM), 130 (Ctrl-C), 143 (a second signal)", "serve_flags.py"),
-    _c("SERVE_CLOSE_SECS", "serve", "after the drain: the batcher, the versions, the HTTP threads",
-       "each stops waiting and serve exits", "", "-", "tf_model/serve/server.py"),
-    _c("SERVE_GRPC_CLOSE_SECS", "serve", "after the drain: the gRPC server", "serve stops waiting for it and exits",
-       "", "-", "tf_model/serve/grpc_server.py"),
+    _c("SERVE_ANSWER_SECS", "serve", "the drain's end: requests still waiting for the model",
+       "they are answered UNAVAILABLE (REST 503), never reset; the answers are written within this",
+       "<n> requests still in flight after <s> s: answered UNAVAILABLE", "-", "tf_model/serve/server.py"),
+    _c("SERVE_CLOSE_SECS", "serve", "then: HTTP, gRPC, the batcher, the versions (an export loading, a model call)",
+       "serve exits without them (os._exit, so that TensorFlow's exit handlers do not race a load)",
+       "an export still loading or a model call still running after", "0, 130 or 143, as the drain's",
+       "tf_model/serve/server.py"),
     _c("SERVE_GRPC_START_SECS", "serve", "start-up: the gRPC server on its event loop",
        "serve fails to start", "", "1", "tf_model/serve/grpc_server.py"),
     _c("DATASET_HOST_PROBE_SECS", "prepare-data", "connecting to the TFDS dataset host",

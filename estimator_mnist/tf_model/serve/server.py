@@ -106,7 +106,8 @@ def run(args) -> int:
         from estimator_mnist.tf_model.serve.model import LoadedModel
         from estimator_mnist.tf_model.serve.versions import Versions
 
-        batcher = Batcher(args.max_batch_size, args.batch_timeout_ms / 1000.0)
+        batcher = Batcher(args.max_batch_size, args.batch_timeout_ms / 1000.0,
+                          max_queued_images=args.max_queued_images)
         versions = Versions(args.model, LoadedModel, log=_log, poll_secs=args.poll_secs,
                             unload_wait_secs=args.request_timeout_ms / 1000.0, retire=batcher.retire)
         _load_first(versions, args.model)
@@ -139,27 +140,47 @@ def _serve(args, sock: socket.socket, versions, batcher) -> int:
     previous = {number: signal.signal(number, lambda signum, frame: signals.append(signum))
                 for number in (signal.SIGTERM, signal.SIGINT)}
     try:
-        _run_until_drained(http, grpc_server, lifecycle, signals)
-    finally:  # a signal or any failure: nothing is left running
+        _run_until_drained(http, grpc_server, lifecycle, signals, api)
+    finally:  # a signal or any failure: nothing is left running, within SERVE_CLOSE_SECS in all
         for number, handler in previous.items():
             signal.signal(number, handler)
-        http.close()
-        if grpc_server is not None:
-            grpc_server.close()
-        batcher.stop(timeout=timeouts.SERVE_CLOSE_SECS)
-        versions.stop(wait_secs=timeouts.SERVE_CLOSE_SECS)
+        closed = _close(http, grpc_server, batcher, versions, time.monotonic() + timeouts.SERVE_CLOSE_SECS)
+    code = 0
     if len(signals) > 1:
-        return STOPPED_BY_SECOND_SIGNAL if signals[0] != signal.SIGINT else _interrupted()
-    return _interrupted() if signals[0] == signal.SIGINT else 0
+        code = STOPPED_BY_SECOND_SIGNAL if signals[0] != signal.SIGINT else 130
+    elif signals[0] == signal.SIGINT:
+        code = 130
+    if not closed:
+        # A load or a model call still runs in a daemon thread: TensorFlow's exit handlers must not race it.
+        _log(f"an export still loading or a model call still running after {timeouts.SERVE_CLOSE_SECS:g} s: "
+             "exiting without it")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # pylint: disable=protected-access
+    return _interrupted() if code == 130 else code
+
+
+def _close(http, grpc_server, batcher, versions, end: float) -> bool:
+    """HTTP, gRPC, the batcher and the versions, each given what is left until `end`; False if a thread of
+    theirs still runs then."""
+    def left() -> float:
+        return max(end - time.monotonic(), 0.0)
+
+    http.close(left())
+    if grpc_server is not None:
+        grpc_server.close(left())
+    batcher.stop(timeout=left())
+    return versions.stop(wait_secs=left())
 
 
 def _interrupted() -> int:
     raise KeyboardInterrupt  # exit 130 (cli.py)
 
 
-def _run_until_drained(http, grpc_server, lifecycle, signals: list) -> None:
+def _run_until_drained(http, grpc_server, lifecycle, signals: list, api) -> None:
     """Serves until a signal, then drains: not ready at once, new requests answered for the delay, then refused
-    while those in flight finish (at most drain_secs). A second signal ends the drain at once."""
+    while those in flight finish (at most drain_secs); those still waiting for the model then are answered
+    UNAVAILABLE (SERVE_ANSWER_SECS to write it), never reset. A second signal ends the drain at once."""
     while not signals:
         http.poll(0.2)
     lifecycle.begin_drain()
@@ -180,5 +201,11 @@ def _run_until_drained(http, grpc_server, lifecycle, signals: list) -> None:
         http.poll(0.05)
     if len(signals) > 1:
         _log(f"{signal.Signals(signals[1]).name} again: stopping at once, {lifecycle.in_flight} requests cut off")
-    else:
-        _log(f"{lifecycle.in_flight} requests still in flight after {lifecycle.drain_secs:g} s: cut off")
+        return
+    _log(f"{lifecycle.in_flight} requests still in flight after {lifecycle.drain_secs:g} s: answered UNAVAILABLE")
+    api.abandon()
+    end = time.monotonic() + timeouts.SERVE_ANSWER_SECS
+    while len(signals) < 2 and time.monotonic() < end:
+        if lifecycle.in_flight == 0 and http.idle() and (stopped is None or stopped.done()):
+            return
+        http.poll(0.05)

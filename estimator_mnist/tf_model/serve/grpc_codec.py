@@ -1,0 +1,84 @@
+"""serve's gRPC messages read and written off grpc.aio's event loop: the services registered on raw bytes, a
+large message parsed and its answer serialized in a small pool of their own.
+
+grpc.aio calls a method's request deserializer on its one event-loop
+thread, before the servicer runs. The protobuf runtime of the pins
+(3.20.3, held by tensorflow-metadata 1.14) is pure Python on Python 3.11:
+1.2 MB of `float_val` takes 0.5-1.6 s of CPU to decode, and on the loop it
+would hold every other RPC that long. So each method is registered here
+with no deserializer (its handler gets the message's bytes) and:
+
+- a message of at most INLINE_BYTES (a request of a few images: about a
+  millisecond to parse) is parsed on the loop, where a pool hand-off would
+  cost as much;
+- a larger one is parsed in CODEC_THREADS threads of its own, and so is its
+  answer's serialization (`offload()` serves the servicer for the work in
+  between), so that the loop goes on answering the others meanwhile. The
+  pool shares the GIL with the loop, but pure-Python parsing gives it up
+  every switch interval (5 ms), which C code holding it would not.
+
+What a maximal request costs the others is stated in docs/serving.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+import grpc
+from google.protobuf import symbol_database
+from google.protobuf.message import DecodeError
+from tensorflow_serving.apis import model_service_pb2, prediction_service_pb2
+
+INLINE_BYTES = 16 * 1024  # parsed on the loop up to this size: a request of 5 float images, or of 40 PNGs
+CODEC_THREADS = 2  # the pool that parses larger messages and serializes their answers
+ERR_DESERIALIZE = "Exception deserializing request!"  # grpcio's own text for a message that does not parse
+SERVICES = ((prediction_service_pb2, "PredictionService"), (model_service_pb2, "ModelService"))
+# The size of the request being answered, for offload(): each RPC is an asyncio task, with its own context.
+REQUEST_BYTES: contextvars.ContextVar = contextvars.ContextVar("request_bytes", default=0)
+
+
+class Codec:
+    """The pool, and the RPC handlers that use it."""
+
+    def __init__(self, threads: int = CODEC_THREADS, inline_bytes: int = INLINE_BYTES):
+        self.inline_bytes = inline_bytes
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="serve-grpc-codec")
+
+    @property
+    def large(self) -> bool:
+        """Whether the request of this RPC is one whose work goes to the pool."""
+        return REQUEST_BYTES.get() > self.inline_bytes
+
+    async def offload(self, work: Callable, *args):
+        """`work(*args)`, in the pool for a large request, else here on the loop."""
+        if not self.large:
+            return work(*args)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, work, *args)
+
+    def handler(self, method: Callable, request_class) -> grpc.RpcMethodHandler:
+        async def behavior(raw: bytes, context):
+            REQUEST_BYTES.set(len(raw))
+            try:
+                request = await self.offload(request_class.FromString, raw)
+            except DecodeError:
+                await context.abort(grpc.StatusCode.INTERNAL, ERR_DESERIALIZE)
+            response = await method(request, context)
+            return await self.offload(response.SerializeToString)
+
+        return grpc.unary_unary_rpc_method_handler(behavior)
+
+    def add(self, server, servicers: dict) -> None:
+        """Each service's methods on `server` ({"PredictionService": servicer, ...}), on raw bytes."""
+        database = symbol_database.Default()
+        for module, name in SERVICES:
+            service = module.DESCRIPTOR.services_by_name[name]
+            handlers = {method.name: self.handler(getattr(servicers[name], method.name),
+                                                  database.GetSymbol(method.input_type.full_name))
+                        for method in service.methods}
+            server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
