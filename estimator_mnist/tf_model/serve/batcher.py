@@ -4,20 +4,17 @@
 Requests for the same version and signature whose inputs have the same
 dtypes and per-example shapes share a model call of at most
 `max_batch_size` examples; the first request of a call waits at most
-`timeout_secs` for others. A request larger than that is split into chunks
-that take turns with the other requests (round robin): a request of 2,000
-images holds the lane for one call of `max_batch_size` images at a time, so
-a 1-image request waits for at most one call. A call that fails is run
-again request by request, so that a bad image fails only its own request
-(Serving would fail the whole batch). Each version has its own thread (a
-lane) that runs its model: a TensorFlow session already uses every core for
-one call, and a call that hangs holds only its own version's lane.
+`timeout_secs` for others. A larger request is split into chunks that take
+turns with the other requests (round robin), so a 1-image request waits for
+at most two calls. A call that fails is run again request by request, so a
+bad image fails only its own request (Serving would fail the whole batch).
+Each version has its own thread (a lane) that runs its model: a session
+already uses every core, and a call that hangs holds only its own lane.
 
-Each lane holds at most `max_queued_images` images not yet answered (a
-request when the lane is empty is always taken): beyond, `QueueFull`. A
-request whose caller gives up (its deadline passed, its client left) is
-cancelled: it leaves the queue and drops its inputs at once. No TensorFlow
-here: the call is `version.model.run(signature, inputs)`.
+Each lane holds at most `max_queued_images` images not yet answered (one
+request is always taken): beyond, `QueueFull`. A request given up (its
+deadline passed, its client left) leaves the queue and drops its inputs at
+once. No TensorFlow: the call is `version.model.run(signature, inputs)`.
 """
 
 from __future__ import annotations
@@ -40,7 +37,7 @@ class QueueFull(Exception):
     """The version's queue holds `max_queued_images` images already."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False)  # compared by identity: `task in queue` must not compare arrays
 class Task:
     version: object  # versions.Version, held by the caller until the future is done
     signature: str
@@ -71,9 +68,19 @@ def _split(outputs: Dict[str, np.ndarray], sizes: List[int]) -> List[Dict[str, n
     return [{name: pieces[name][index] for name in outputs} for index in range(len(sizes))]
 
 
+def _inputs(piece: Slice) -> Dict[str, np.ndarray]:
+    task, start, stop = piece
+    whole = not task.size or (start == 0 and stop == task.size)
+    return task.inputs if whole else {name: array[start:stop] for name, array in task.inputs.items()}
+
+
+def _joined(pieces: List[Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
+    """A request's outputs from those of its chunks."""
+    return pieces[0] if len(pieces) == 1 else {name: np.concatenate([p[name] for p in pieces]) for name in pieces[0]}
+
+
 def give_up(future: Future) -> None:
-    """The caller gives up on a request (its deadline passed, its client left): cancelled, or failed if a chunk
-    of it is running; either way it leaves its lane's queue and drops its inputs at once."""
+    """A request given up: cancelled, or failed if a chunk of it ran; it leaves the queue and drops its inputs."""
     if not future.cancel():
         _settle(future, error=CancelledError())
 
@@ -123,8 +130,8 @@ class Lane:
         task.given = max(task.size, 1)
 
     def _discard(self, task: Task) -> None:
-        """A task answered, failed or given up: out of the queue, its inputs dropped at once (the examples of a
-        call running now are counted out when it returns)."""
+        """A task done or given up: out of the queue, its inputs dropped at once (a running call's examples
+        are counted out when it returns)."""
         with self._cond:
             self._drop(task)
             task.inputs = {}
@@ -147,11 +154,11 @@ class Lane:
     def _take(self, first_key, room: int, batch: List[Slice]) -> int:
         """Up to `room` examples of the tasks that share `first_key`, in turn; those with examples left go
         to the back of the queue. Called with the lock held."""
-        taken, kept = 0, deque()
+        taken, ahead, behind = 0, [], []  # those passed over keep their place, ahead of those sent back
         while self._tasks and taken < room:
             task = self._tasks.popleft()
             if task.key != first_key or (batch and task.size == 0):
-                kept.append(task)
+                ahead.append(task)
                 continue
             if task.future.done() or (task.given == 0 and not task.future.set_running_or_notify_cancel()):
                 self._drop(task)  # given up just now: its done callback waits for this lock
@@ -161,10 +168,7 @@ class Lane:
             task.given += count
             taken += count
             if task.left:
-                kept.append(task)
-        # Those skipped keep their place ahead of those sent to the back.
-        ahead = [t for t in kept if not any(t is s[0] for s in batch)]
-        behind = [t for t in kept if any(t is s[0] for s in batch)]
+                behind.append(task)
         self._tasks.extendleft(reversed(ahead))
         self._tasks.extend(behind)
         return taken
@@ -204,20 +208,13 @@ class Lane:
         self.batcher.on_batch(self.version, examples)
         return self.version.model.run(signature, inputs)
 
-    @staticmethod
-    def _inputs(piece: Slice) -> Dict[str, np.ndarray]:
-        task, start, stop = piece
-        if not task.size or (start == 0 and stop == task.size):
-            return task.inputs
-        return {name: array[start:stop] for name, array in task.inputs.items()}
-
     def _run(self, batch: List[Slice]) -> None:
         batch = [piece for piece in batch if not piece[0].future.done()]  # given up meanwhile
         if not batch:
             return
         first = batch[0][0]
         if len(batch) > 1:
-            merged = {name: np.concatenate([self._inputs(piece)[name] for piece in batch]) for name in first.inputs}
+            merged = {name: np.concatenate([_inputs(piece)[name] for piece in batch]) for name in first.inputs}
             try:
                 outputs = self._call(first.signature, merged, sum(stop - start for _, start, stop in batch))
             except Exception:  # pylint: disable=broad-except  # some request of the batch is bad: find which
@@ -228,7 +225,7 @@ class Lane:
                 return
         for piece in batch:
             try:
-                result = self._call(piece[0].signature, self._inputs(piece), piece[2] - piece[1])
+                result = self._call(piece[0].signature, _inputs(piece), piece[2] - piece[1])
             except Exception as exc:  # pylint: disable=broad-except  # its own request's answer
                 self._done(piece, None, exc)
             else:
@@ -248,8 +245,7 @@ class Lane:
         task.pieces.append(result)
         if finished:
             pieces, task.pieces = task.pieces, []
-            _settle(task.future, pieces[0] if len(pieces) == 1 else
-                    {name: np.concatenate([p[name] for p in pieces]) for name in pieces[0]})
+            _settle(task.future, _joined(pieces))
 
 
 class Batcher:
@@ -265,9 +261,6 @@ class Batcher:
         self._stopped = False
         self.calls = 0  # model calls so far (the tests read it)
 
-    def start(self) -> "Batcher":
-        return self
-
     def submit(self, version, signature: str, inputs: Dict[str, np.ndarray]) -> Future:
         """The request's future; QueueFull if its version's queue has no room for it."""
         task = Task(version, signature, inputs)
@@ -275,9 +268,7 @@ class Batcher:
             if self._stopped:
                 task.future.cancel()
                 return task.future
-            lane = self._lanes.get(id(version))
-            if lane is None:
-                lane = self._lanes[id(version)] = Lane(self, version)
+            lane = self._lanes.get(id(version)) or self._lanes.setdefault(id(version), Lane(self, version))
         lane.put(task)
         return task.future
 
