@@ -32,55 +32,18 @@ import requests
 from common import benchmark_parser
 from results import figures_of, record_run
 from serve_throughput import start_server
-
-PREDICT = "/tensorflow.serving.PredictionService/Predict"
-STATUS = "/tensorflow.serving.ModelService/GetModelStatus"
+from tests.serve_wire import PREDICT, predict_bytes, raw_channel, STATUS, status_bytes  # noqa: E402
 CLIENTS, RATE = 16, 10.0  # well-behaved clients, and the requests per second each sends
 LARGEST = 10000  # serving_api.MAX_INSTANCES
 GOAL_P99_RATIO, GOAL_RSS_GROWTH, GOAL_METRICS_BYTES = 3.0, 0.10, 10 * 1024
 PHASES = ("alone", "packed", "float_val", "deadlines", "names")
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append((value & 0x7F) | (0x80 if value >> 7 else 0))
-        value >>= 7
-        if not value:
-            return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def predict_bytes(images: int, packed: bool = True, name: str = "mnist", seed: int = 0) -> bytes:
-    """A PredictRequest of `images` float images for the `images` signature, as its wire bytes: tensor_content
-    (4), or a packed float_val (5), which a protobuf serializer writes as the same bytes under field 5."""
-    values = np.random.RandomState(seed).rand(images, 28, 28, 1).astype("<f4").tobytes()
-    shape = b"".join(_field(2, b"\x08" + _varint(size)) for size in (images, 28, 28, 1))
-    tensor = b"\x08\x01" + _field(2, shape) + _field(4 if packed else 5, values)  # dtype DT_FLOAT
-    spec = _field(1, name.encode()) + _field(3, b"images")
-    return _field(1, spec) + _field(2, _field(1, b"images") + _field(2, tensor))
-
-
-def status_bytes(name: str) -> bytes:
-    return _field(1, _field(1, name.encode()))
-
-
-def _channel(port: int):
-    import grpc  # pylint: disable=import-outside-toplevel
-
-    return grpc.insecure_channel(f"127.0.0.1:{port}", options=[
-        ("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20),
-        ("grpc.use_local_subchannel_pool", 1)])
-
-
 def abuse(kind: str, port: int, stop, counts) -> None:
     """One abuser, in a process of its own until `stop` is set; each outcome's code counted in `counts`."""
     import grpc  # pylint: disable=import-outside-toplevel
 
-    channel = _channel(port)
+    channel = raw_channel(port)
     predict, status = channel.unary_unary(PREDICT), channel.unary_unary(STATUS)
 
     def count(future):
@@ -116,7 +79,7 @@ def well_behaved(port: int, seconds: float) -> dict:
     end = time.monotonic() + seconds
 
     def client(index: int):
-        channel = _channel(port)
+        channel = raw_channel(port)
         predict = channel.unary_unary(PREDICT)
         next_at = time.monotonic() + index / (CLIENTS * RATE)
         while next_at < end:
