@@ -50,7 +50,9 @@ class ServingApi:
         batcher.on_batch = lambda version, examples: self.metrics.batch(self.name, examples)
 
     def version_states(self) -> List[Tuple[str, int, str]]:
-        return [(self.name, number, state) for number, state, _, _ in self.states(self.name, None, missing_ok=True)]
+        """The metrics' version states: versions loading, loaded or unloading; one that ended has no series."""
+        return [(self.name, number, state) for number, state, _, _ in self.states(self.name, None, missing_ok=True)
+                if state != "END"]
 
     @contextmanager
     def request(self, api: str, entrypoint: str, model_name: str, signature_name: str = ""):
