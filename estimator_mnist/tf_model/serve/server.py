@@ -25,6 +25,7 @@ from estimator_mnist.errors import UsageError
 from estimator_mnist.plan.hosts import LOOPBACK_HOSTS
 from estimator_mnist.startup_noise import before_import
 
+TRIM_SECS = 2.0  # how often freed memory is handed back (trim_memory): a rhythm, no bound
 STOPPED_BY_SECOND_SIGNAL = 143  # 128 + SIGTERM: the drain was cut short
 ERR_NO_MODEL = ("{path}: no such directory; give an export directory, a model_dir or a run directory, as for "
                 "predict (a model_dir without an export yet is served from its first export on)")
@@ -92,14 +93,28 @@ def _load_first(versions, path: str) -> None:
     _log(f"no export in {path} yet: serving its first export as soon as it appears")
 
 
+def _libc():
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc: nothing to do
+        return None
+
+
 def return_freed_memory() -> None:
     """Large blocks always mmap'd, so that freeing them returns them to the system: glibc otherwise raises its
     mmap threshold after the first large free (up to 32 MiB), and a burst of requests' inputs stays in the
     heap as resident memory for ever. M_MMAP_THRESHOLD (-3) set to its default, 128 KiB, keeps it there."""
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)
-    except (OSError, AttributeError):  # not glibc: nothing to do
-        pass
+    libc = _libc()
+    if libc is not None and hasattr(libc, "mallopt"):
+        libc.mallopt(-3, 128 * 1024)
+
+
+def trim_memory() -> None:
+    """The free pages of every malloc arena back to the system: gRPC reads a message into many small blocks,
+    spread over its threads' arenas, which a burst of large messages leaves resident (malloc_trim(3))."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
 
 
 def run(args) -> int:
@@ -193,8 +208,12 @@ def _run_until_drained(http, grpc_server, lifecycle, signals: list, api) -> None
     """Serves until a signal, then drains: not ready at once, new requests answered for the delay, then refused
     while those in flight finish (at most drain_secs); those still waiting for the model then are answered
     UNAVAILABLE (SERVE_ANSWER_SECS to write it), never reset. A second signal ends the drain at once."""
+    trimmed = time.monotonic()
     while not signals:
         http.poll(0.2)
+        if time.monotonic() - trimmed > TRIM_SECS:
+            trim_memory()
+            trimmed = time.monotonic()
     lifecycle.begin_drain()
     name = signal.Signals(signals[0]).name
     _log(f"{name}: draining: not ready; new requests answered for {lifecycle.delay_secs:g} s more, then refused; "
