@@ -57,7 +57,7 @@ def test_large_requests_packed_and_as_float_val_do_not_hold_1_image_requests(ser
             time.sleep(0.1)
         assert len(call.result()) > 1000 and waits  # answered, with 1-image requests in flight beside it
         assert max(waits) < SMALL_ANSWER_SECS, waits
-        print(f"{len(large) >> 20} MiB request: {len(waits)} 1-image Predicts beside it, the slowest {max(waits):.3f} s")
+        print(f"{len(large) / 1e6:.1f} MB request: {len(waits)} 1-image Predicts beside it, the slowest {max(waits):.3f} s")
     channel.close()
 
 
@@ -136,6 +136,7 @@ def test_sigterm_while_16_clients_send_and_an_export_loads_exits_0_in_the_bound(
         server.proc.send_signal(signal.SIGTERM)
         code = server.proc.wait(timeouts.SERVE_EXIT_SECS + 10)
         exited = time.monotonic() - signalled
+        server.lines.append(server.proc.stdout.read())
     finally:
         until.set()
         for thread in clients.threads:
