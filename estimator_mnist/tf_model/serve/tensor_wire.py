@@ -10,8 +10,8 @@ reads either to the same tensor when the count of values equals the
 shape's element count (fewer are filled out with the last one, more are
 ignored: those cases are left to protobuf, and so is anything unusual).
 So a TensorProto of DT_FLOAT with no `tensor_content`, one packed
-`float_val` of exactly its shape's values and nothing else repeated is
-rewritten with field 5 renumbered 4. Wire format:
+`float_val` of exactly its shape's values and nothing else repeated has
+its field 5 renumbered 4: one byte of its tag. Wire format:
 https://protobuf.dev/programming-guides/encoding/.
 """
 
@@ -24,6 +24,7 @@ DT_FLOAT = 1
 # tensor_content 4, float_val 5; TensorShapeProto.dim 2 (Dim.size 1), unknown_rank 3.
 INPUTS, VALUE, DTYPE, SHAPE, CONTENT, FLOAT_VAL, DIM, UNKNOWN_RANK = 2, 2, 1, 2, 4, 5, 2, 3
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
+FLOAT_VAL_TAG, CONTENT_TAG = bytes([FLOAT_VAL << 3 | LEN]), bytes([CONTENT << 3 | LEN])
 MIN_BYTES = 4096  # smaller float_vals are parsed as they are: rewriting them gains nothing
 
 Field = Tuple[int, int, int, int, int]  # number, wire type, start of the field (its tag), start, end of its value
@@ -67,16 +68,6 @@ def _fields(data, start: int = 0, end: Optional[int] = None) -> List[Field]:
     return out
 
 
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
 def _element_count(data, start: int, end: int) -> Optional[int]:
     count = 1
     for number, wire, _, value_start, value_end in _fields(data, start, end):
@@ -92,49 +83,40 @@ def _element_count(data, start: int, end: int) -> Optional[int]:
     return count
 
 
-def _tensor(data, start: int, end: int) -> Optional[bytes]:
-    """The TensorProto's bytes with its float_val as tensor_content, or None to leave it as it is."""
+def _float_val_tag(data, start: int, end: int) -> Optional[int]:
+    """Where the TensorProto's float_val tag is, if moving it to tensor_content reads the same, else None."""
     fields = _fields(data, start, end)
     numbers = [f[0] for f in fields]
     if numbers.count(FLOAT_VAL) != 1 or numbers.count(SHAPE) > 1 or CONTENT in numbers:
         return None
     dtypes = [_varint(data, f[3])[0] for f in fields if f[0] == DTYPE and f[1] == VARINT]
-    values = next(f for f in fields if f[0] == FLOAT_VAL)
+    _, wire, tag_start, values_start, values_end = next(f for f in fields if f[0] == FLOAT_VAL)
     shapes = [f for f in fields if f[0] == SHAPE and f[1] == LEN]
-    if not dtypes or dtypes[-1] != DT_FLOAT or values[1] != LEN or values[4] - values[3] < MIN_BYTES:
+    if not dtypes or dtypes[-1] != DT_FLOAT or wire != LEN or values_end - values_start < MIN_BYTES:
         return None
+    if bytes(data[tag_start:tag_start + 1]) != FLOAT_VAL_TAG or values_start - tag_start < 2:
+        return None  # a tag written in more bytes than it needs: left to protobuf
     count = _element_count(data, shapes[0][3], shapes[0][4]) if shapes else 1
-    if count is None or count * 4 != values[4] - values[3]:
-        return None
-    return b"".join(_encode_varint(CONTENT << 3 | LEN) + _encode_varint(values[4] - values[3]) + data[start:end]
-                    if number == FLOAT_VAL else data[tag_start:end]
-                    for number, _, tag_start, start, end in fields)
-
-
-def _length_delimited(number: int, payload: bytes) -> bytes:
-    return _encode_varint(number << 3 | LEN) + _encode_varint(len(payload)) + payload
+    return tag_start if count is not None and count * 4 == values_end - values_start else None
 
 
 def packed_floats_as_content(raw: bytes) -> bytes:
     """A PredictRequest's bytes with every input's packed float_val moved to tensor_content where that reads
-    the same; the very bytes, not a copy, when there is none, or when they are no well-formed message
-    (protobuf's own parser then says what is wrong)."""
+    the same: the one byte of each such field's tag changed (5 and 4 are both one-byte tags, so no length
+    around it changes), in one copy; the very bytes when there is none, or when they are no well-formed
+    message (protobuf's own parser then says what is wrong)."""
     data = memoryview(raw)  # slices of it are no copies
     try:
-        fields = _fields(data)
-        rewritten = {}  # the index of an inputs entry -> its new bytes
-        for index, (number, wire, _, start, end) in enumerate(fields):
-            if number != INPUTS or wire != LEN:
-                continue
-            entry, changed = bytearray(), False
-            for inner, inner_wire, inner_tag, inner_start, inner_end in _fields(data, start, end):
-                tensor = _tensor(data, inner_start, inner_end) if inner == VALUE and inner_wire == LEN else None
-                changed = changed or tensor is not None
-                entry += data[inner_tag:inner_end] if tensor is None else _length_delimited(VALUE, tensor)
-            if changed:
-                rewritten[index] = _length_delimited(INPUTS, bytes(entry))
+        tags = [_float_val_tag(data, inner_start, inner_end)
+                for number, wire, _, start, end in _fields(data) if number == INPUTS and wire == LEN
+                for inner, inner_wire, _, inner_start, inner_end in _fields(data, start, end)
+                if inner == VALUE and inner_wire == LEN]
     except ValueError:
         return raw
-    if not rewritten:
+    tags = [tag for tag in tags if tag is not None]
+    if not tags:
         return raw
-    return b"".join(rewritten.get(index, data[field[2]:field[4]]) for index, field in enumerate(fields))
+    out = bytearray(raw)
+    for tag in tags:
+        out[tag] = CONTENT_TAG[0]
+    return bytes(out)
