@@ -198,3 +198,33 @@ def test_stopping_the_versions_is_bounded_while_an_export_loads(tmp_path):
     assert versions.stop(wait_secs=0.5) is False  # the loader still runs: said, not waited for
     assert time.monotonic() - started < 5
     release.set()
+
+
+def test_a_message_whose_deadline_passed_while_it_waited_is_dropped_unread():
+    import asyncio  # pylint: disable=import-outside-toplevel
+
+    from estimator_mnist.tf_model.serve.grpc_codec import Codec, ERR_LATE  # pylint: disable=import-outside-toplevel
+
+    class Context:
+        def __init__(self, remaining):
+            self.remaining, self.aborted = remaining, None
+
+        def time_remaining(self):
+            return self.remaining
+
+        async def abort(self, code, details):
+            self.aborted = (code, details)
+            raise RuntimeError("aborted")
+
+    async def method(request, context):
+        return request  # parsed: the message itself answers
+
+    codec = Codec()
+    behavior = codec.handler(method, predict_pb2.PredictRequest).unary_unary
+    raw = predict_pb2.PredictRequest(output_filter=["x" * 20000]).SerializeToString()  # large: read in the pool
+    late, timely = Context(-0.01), Context(5.0)
+    with pytest.raises(RuntimeError):
+        asyncio.run(behavior(raw, late))
+    assert late.aborted == (grpc.StatusCode.DEADLINE_EXCEEDED, ERR_LATE)
+    assert asyncio.run(behavior(raw, timely)) == raw and timely.aborted is None
+    codec.close()

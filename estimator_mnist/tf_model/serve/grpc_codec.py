@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from typing import Callable, Optional
 
 import grpc
 from google.protobuf import symbol_database
@@ -41,9 +42,22 @@ from estimator_mnist.tf_model.serve.tensor_wire import packed_floats_as_content
 INLINE_BYTES = 16 * 1024  # parsed on the loop up to this size: a request of 5 float images, or of 40 PNGs
 CODEC_THREADS = 2  # the pool that parses larger messages and serializes their answers
 ERR_DESERIALIZE = "Exception deserializing request!"  # grpcio's own text for a message that does not parse
+ERR_LATE = "Deadline exceeded before the request was read: it waited behind others for longer than its deadline"
 SERVICES = ((prediction_service_pb2, "PredictionService"), (model_service_pb2, "ModelService"))
 # The size of the request being answered, for offload(): each RPC is an asyncio task, with its own context.
 REQUEST_BYTES: contextvars.ContextVar = contextvars.ContextVar("request_bytes", default=0)
+
+
+class _Late(Exception):
+    pass
+
+
+def _unless_late(deadline: Optional[float], work: Callable, *args):
+    """`work(*args)`, unless the client's deadline passed while the message waited (a flood of requests with
+    short deadlines is then dropped unread, rather than parsed for nothing)."""
+    if deadline is not None and time.monotonic() >= deadline:
+        raise _Late()
+    return work(*args)
 
 
 class Codec:
@@ -72,10 +86,15 @@ class Codec:
 
         async def behavior(raw: bytes, context):
             REQUEST_BYTES.set(len(raw))
+            remaining = context.time_remaining()
+            deadline = None if remaining is None else time.monotonic() + remaining
             try:
-                request = await self.offload(parse, raw)
+                request = await self.offload(_unless_late, deadline, parse, raw)
             except DecodeError:
                 await context.abort(grpc.StatusCode.INTERNAL, ERR_DESERIALIZE)
+            except _Late:  # its client gave up while it waited to be read: no work is spent on it
+                await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, ERR_LATE)
+            del raw  # the message's bytes, no longer needed while it waits for the model
             response = await method(request, context)
             return await self.offload(response.SerializeToString)
 
