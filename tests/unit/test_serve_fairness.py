@@ -200,7 +200,7 @@ def test_stopping_the_versions_is_bounded_while_an_export_loads(tmp_path):
     release.set()
 
 
-def test_a_message_whose_deadline_passed_while_it_waited_is_dropped_unread():
+def test_a_large_message_late_or_beyond_the_pending_bound_is_refused_unread():
     import asyncio  # pylint: disable=import-outside-toplevel
 
     from estimator_mnist.tf_model.serve.grpc_codec import Codec, ERR_LATE  # pylint: disable=import-outside-toplevel
@@ -227,4 +227,8 @@ def test_a_message_whose_deadline_passed_while_it_waited_is_dropped_unread():
         asyncio.run(behavior(raw, late))
     assert late.aborted == (grpc.StatusCode.DEADLINE_EXCEEDED, ERR_LATE)
     assert asyncio.run(behavior(raw, timely)) == raw and timely.aborted is None
+    codec.pending_bytes, crowded = codec.max_pending_bytes, Context(5.0)  # large messages waiting already
+    with pytest.raises(RuntimeError):
+        asyncio.run(behavior(raw, crowded))
+    assert crowded.aborted[0] == grpc.StatusCode.RESOURCE_EXHAUSTED and "MiB of large requests" in crowded.aborted[1]
     codec.close()

@@ -15,7 +15,9 @@ with no deserializer (its handler gets the message's bytes) and:
 - a message of at most INLINE_BYTES (a request of a few images: about a
   millisecond to parse) is parsed on the loop, where a pool hand-off would
   cost as much;
-- a larger one is parsed in CODEC_THREADS threads of its own, and so is its
+- a larger one is parsed in CODEC_THREADS threads of its own (at most
+  MAX_PENDING_BYTES of them waiting; beyond, RESOURCE_EXHAUSTED; one whose
+  deadline passed while it waited is dropped unread), and so is its
   answer's serialization (`offload()` serves the servicer for the work in
   between), so that the loop goes on answering the others meanwhile. The
   pool shares the GIL with the loop, but pure-Python parsing gives it up
@@ -41,7 +43,10 @@ from estimator_mnist.tf_model.serve.tensor_wire import packed_floats_as_content
 
 INLINE_BYTES = 16 * 1024  # parsed on the loop up to this size: a request of 5 float images, or of 40 PNGs
 CODEC_THREADS = 2  # the pool that parses larger messages and serializes their answers
+MAX_PENDING_BYTES = 128 << 20  # large messages waiting to be parsed, at most (one is always taken): 4 maximal ones
 ERR_DESERIALIZE = "Exception deserializing request!"  # grpcio's own text for a message that does not parse
+ERR_PENDING = ("estimator-mnist serve is reading {mib} MiB of large requests already: retry later, or send this "
+               "request to another replica")
 ERR_LATE = "Deadline exceeded before the request was read: it waited behind others for longer than its deadline"
 SERVICES = ((prediction_service_pb2, "PredictionService"), (model_service_pb2, "ModelService"))
 # The size of the request being answered, for offload(): each RPC is an asyncio task, with its own context.
@@ -63,8 +68,10 @@ def _unless_late(deadline: Optional[float], work: Callable, *args):
 class Codec:
     """The pool, and the RPC handlers that use it."""
 
-    def __init__(self, threads: int = CODEC_THREADS, inline_bytes: int = INLINE_BYTES):
-        self.inline_bytes = inline_bytes
+    def __init__(self, threads: int = CODEC_THREADS, inline_bytes: int = INLINE_BYTES,
+                 max_pending_bytes: int = MAX_PENDING_BYTES):
+        self.inline_bytes, self.max_pending_bytes = inline_bytes, max_pending_bytes
+        self.pending_bytes = 0  # large messages received, not parsed yet
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="serve-grpc-codec")
 
     @property
@@ -85,15 +92,22 @@ class Codec:
                 return predict_pb2.PredictRequest.FromString(packed_floats_as_content(raw))
 
         async def behavior(raw: bytes, context):
-            REQUEST_BYTES.set(len(raw))
+            size = len(raw)
+            REQUEST_BYTES.set(size)
             remaining = context.time_remaining()
             deadline = None if remaining is None else time.monotonic() + remaining
+            if self.large and self.pending_bytes and self.pending_bytes + size > self.max_pending_bytes:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, ERR_PENDING.format(
+                    mib=self.pending_bytes >> 20))
+            self.pending_bytes += size if self.large else 0  # only the loop's thread counts: no lock
             try:
                 request = await self.offload(_unless_late, deadline, parse, raw)
             except DecodeError:
                 await context.abort(grpc.StatusCode.INTERNAL, ERR_DESERIALIZE)
             except _Late:  # its client gave up while it waited to be read: no work is spent on it
                 await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, ERR_LATE)
+            finally:
+                self.pending_bytes -= size if self.large else 0
             del raw  # the message's bytes, no longer needed while it waits for the model
             response = await method(request, context)
             return await self.offload(response.SerializeToString)

@@ -24,7 +24,10 @@ from estimator_mnist.tf_model.serve.grpc_api import add_services
 from estimator_mnist.tf_model.serve.grpc_codec import Codec
 from estimator_mnist.tf_model.serve.serving_api import ServingApi
 
-MAX_RPCS = 128  # RPCs accepted at once; more get RESOURCE_EXHAUSTED
+# RPCs accepted at once; more get RESOURCE_EXHAUSTED. Each waiting RPC is a coroutine, and memory is bounded by
+# the images queued (batcher.py) and the large messages waiting to be read (grpc_codec.py), so this is high
+# enough that one client's flood of short-deadline requests cannot take every slot from the others.
+MAX_RPCS = 1024
 ERR_BIND = "port {port} on {host} cannot be used (gRPC cannot bind it); give another with --grpc-port, or stop what holds it"
 
 
