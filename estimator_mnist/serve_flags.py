@@ -9,6 +9,7 @@ from estimator_mnist.config import timeouts
 from estimator_mnist.flag_types import milliseconds, model_name, port, port_or_off, positive, seconds
 
 MAX_BODY_BYTES = 10 * 1024 * 1024
+MAX_QUEUED_IMAGES = 20000  # batcher.MAX_QUEUED_IMAGES (that module imports numpy: not here, before the checks)
 GRPC_MAX_MESSAGE_BYTES = 32 * 1024 * 1024  # MNIST's whole test set as float32 (31.4 MB) fits in one Predict
 
 
@@ -31,6 +32,9 @@ def add_serve_command(add, command, model_flag) -> None:
     p.add_argument("--request-timeout-ms", type=positive, default=timeouts.SERVE_REQUEST_TIMEOUT_MS, metavar="MS",
                    help="every request's deadline (a gRPC client's own, if sooner); default 30000, as TF Serving's "
                         "--rest_api_timeout_in_ms")
+    p.add_argument("--max-queued-images", type=positive, default=MAX_QUEUED_IMAGES, metavar="N",
+                   help="each version's queue holds at most this many images not yet answered; beyond, REST 503 and "
+                        "gRPC RESOURCE_EXHAUSTED (default 20000: two requests of MNIST's whole test set)")
     p.add_argument("--max-body-bytes", type=positive, default=MAX_BODY_BYTES, metavar="N",
                    help="the largest REST body; a larger one is refused before it is read (default 10 MiB)")
     p.add_argument("--grpc-max-message-bytes", type=positive, default=GRPC_MAX_MESSAGE_BYTES, metavar="N",
@@ -39,7 +43,7 @@ def add_serve_command(add, command, model_flag) -> None:
                    help="on SIGTERM or Ctrl-C: not ready at once, but new requests still answered this long while "
                         "load balancers notice (default 5)")
     p.add_argument("--drain-secs", type=seconds, default=timeouts.SERVE_DRAIN_SECS, metavar="S",
-                   help="then new requests refused, those in flight given at most this long (default 20); the "
-                        "process exits within delay + drain + 5 s")
+                   help="then new requests refused, those in flight given at most this long (default 15); the "
+                        "process exits within delay + drain + 3 s (23 s with the defaults)")
     p.add_argument("--enable-cors", action="store_true",
                    help="add TF Serving's CORS headers to every REST answer, as its --enable_cors_support does")

@@ -47,9 +47,11 @@ SLURM_PORTS_WAIT_SECS = 120.0  # a Slurm step's task: its peers' ports published
 SLURM_TRIAL_STOP_GRACE_SECS = 3.0  # a Slurm sweep's condemned trial: its SIGTERM repeated after this ends it
 SERVE_REQUEST_TIMEOUT_MS = 30000  # serve --request-timeout-ms: TF Serving's --rest_api_timeout_in_ms
 SERVE_DRAIN_DELAY_SECS = 5.0  # serve --drain-delay-secs: not ready, still answering, after SIGTERM
-SERVE_DRAIN_SECS = 20.0  # serve --drain-secs: then the requests in flight, at most
-SERVE_CLOSE_SECS = 1.0  # serve, after the drain: its batcher, its versions and its HTTP threads, each
-SERVE_GRPC_CLOSE_SECS = 5.0  # serve, after the drain: the gRPC server's stop and its thread
+SERVE_DRAIN_SECS = 15.0  # serve --drain-secs: then the requests in flight, at most
+SERVE_ANSWER_SECS = 1.0  # serve, at the drain's end: those still waiting answered UNAVAILABLE, written out
+SERVE_CLOSE_SECS = 2.0  # serve, then: HTTP, gRPC, the batcher, the versions (a load, an unload), all together
+# serve's exit after SIGTERM, at most: 23 s with the defaults, 7 s inside Kubernetes' default grace period (30 s)
+SERVE_EXIT_SECS = SERVE_DRAIN_DELAY_SECS + SERVE_DRAIN_SECS + SERVE_ANSWER_SECS + SERVE_CLOSE_SECS
 SERVE_GRPC_START_SECS = 30.0  # serve: the gRPC server's start on its event loop
 
 LAUNCH, PARENT, TF = "launch", "train (the task's parent)", "the TensorFlow process"
@@ -213,12 +215,15 @@ TIMEOUTS = (
     _c("SERVE_DRAIN_DELAY_SECS", "serve", "after SIGTERM or Ctrl-C: not ready, still answering",
        "new requests are refused (UNAVAILABLE, REST 503)", "", "-", "serve_flags.py"),
     _c("SERVE_DRAIN_SECS", "serve", "the drain: the requests in flight",
-       "those still in flight are cut off and serve exits", "<n> requests still in flight after <s> s: cut off",
+       "those still waiting for the model are answered UNAVAILABLE (REST 503), then serve closes and exits",
+       "<n> requests still in flight after <s> s: answered UNAVAILABLE",
        "0 (SIGTERM), 130 (Ctrl-C), 143 (a second signal)", "serve_flags.py"),
-    _c("SERVE_CLOSE_SECS", "serve", "after the drain: the batcher, the versions, the HTTP threads",
-       "each stops waiting and serve exits", "", "-", "tf_model/serve/server.py"),
-    _c("SERVE_GRPC_CLOSE_SECS", "serve", "after the drain: the gRPC server", "serve stops waiting for it and exits",
-       "", "-", "tf_model/serve/grpc_server.py"),
+    _c("SERVE_ANSWER_SECS", "serve", "the drain's end: the UNAVAILABLE answers of requests still in flight",
+       "serve stops waiting for them to be written out, and closes", "", "-", "tf_model/serve/server.py"),
+    _c("SERVE_CLOSE_SECS", "serve", "then: HTTP, gRPC, the batcher, the versions (an export loading, a model call)",
+       "serve exits without them (os._exit, so that TensorFlow's exit handlers do not race a load)",
+       "an export still loading or a model call still running after", "0, 130 or 143, as the drain's",
+       "tf_model/serve/server.py"),
     _c("SERVE_GRPC_START_SECS", "serve", "start-up: the gRPC server on its event loop",
        "serve fails to start", "", "1", "tf_model/serve/grpc_server.py"),
     _c("DATASET_HOST_PROBE_SECS", "prepare-data", "connecting to the TFDS dataset host",

@@ -16,7 +16,7 @@ from estimator_mnist.tf_model.serve.lifecycle import ERR_STOPPING
 from tests.serve_helpers import Server, write_exports_and_digits
 
 DEADLINE_SECS, DELAY_SECS, DRAIN_SECS = 20, 1.5, 10  # a deadline the newer export loads well within, under load
-EXIT_BOUND_SECS = DELAY_SECS + DRAIN_SECS + 5  # the bound docs/serving.md states
+EXIT_BOUND_SECS = DELAY_SECS + DRAIN_SECS + 5  # docs/serving.md's bound (delay + drain + 3 s), and 2 s for Python's exit
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,9 @@ gRPC on a loopback port of this process."""
 
 from __future__ import annotations
 
+import socket
 import threading
+from contextlib import contextmanager
 
 import numpy as np
 from tensorflow.core.framework import tensor_shape_pb2, types_pb2
@@ -14,6 +16,7 @@ from tensorflow.core.protobuf import meta_graph_pb2
 from estimator_mnist.tf_model.serve.app import create_app
 from estimator_mnist.tf_model.serve.batcher import Batcher
 from estimator_mnist.tf_model.serve.grpc_server import GrpcServer
+from estimator_mnist.tf_model.serve.http_server import HttpServer
 from estimator_mnist.tf_model.serve.serving_api import ServingApi
 from estimator_mnist.tf_model.serve.serving_errors import invalid
 from estimator_mnist.tf_model.serve.versions import Versions
@@ -109,3 +112,22 @@ def hold_calls(serve: Serve) -> threading.Event:
     served.model.gate = gate
     served.release()
     return gate
+
+
+@contextmanager
+def live_http(serve: Serve, max_body_bytes: int, cors: bool = False, threads: int = 4):
+    """serve's app under the real waitress server on a loopback socket, driven by a thread as server.py drives
+    it: (HttpServer, base URL, port)."""
+    sock = socket.create_server(("127.0.0.1", 0))
+    app = create_app(serve.api, max_body_bytes=max_body_bytes, cors=cors)
+    http = HttpServer(app, sock, serve.api.lifecycle, max_body_bytes, threads=threads)
+    stop = threading.Event()
+    loop = threading.Thread(target=lambda: [http.poll(0.05) for _ in iter(stop.is_set, True)])
+    loop.start()
+    port = sock.getsockname()[1]
+    try:
+        yield http, f"http://127.0.0.1:{port}", port
+    finally:
+        stop.set()
+        loop.join()
+        http.close()

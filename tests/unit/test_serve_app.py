@@ -39,7 +39,7 @@ def client(tmp_path):
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     versions = Versions(str(model_dir), StandIn, log=lambda m: None)
-    batcher = Batcher(timeout_secs=0).start()
+    batcher = Batcher(timeout_secs=0)
     api = ServingApi("mnist", versions, batcher)
     yield create_app(api, max_body_bytes=50).test_client(), model_dir, versions
     batcher.stop()

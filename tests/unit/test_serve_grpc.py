@@ -176,7 +176,7 @@ def test_the_metrics_page_counts_rest_and_grpc_requests(serve):
                s.labels["status"]): s.value for s in families[":tensorflow:serving:request_count"].samples}
     assert counts == {("Predict", "GRPC", "mnist", "", "OK"): 3, ("Predict", "REST", "mnist", "images",
                                                                    "INVALID_ARGUMENT"): 1,
-                      ("Predict", "REST", "mnist", "", "OK"): 1, ("Predict", "GRPC", "other", "", "NOT_FOUND"): 1}
+                      ("Predict", "REST", "mnist", "", "OK"): 1, ("Predict", "GRPC", "(other)", "", "NOT_FOUND"): 1}
     latency = families[":tensorflow:serving:request_latency"].samples
     assert {s.value for s in latency if s.name.endswith("_count") and s.labels["entrypoint"] == "GRPC"} == {3}
     runs = families[":tensorflow:serving:batching_session:wrapped_run_count"].samples

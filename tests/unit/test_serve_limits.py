@@ -4,7 +4,6 @@ drain's readiness, refusals and closed keep-alive connections, CORS as Serving's
 
 import json
 import socket
-import threading
 import time
 
 import numpy as np
@@ -13,11 +12,10 @@ import requests
 from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 
 from estimator_mnist.tf_model.serve import json_values, tensor_protos
-from estimator_mnist.tf_model.serve.app import CORS_HEADERS, create_app
-from estimator_mnist.tf_model.serve.http_server import HttpServer
+from estimator_mnist.tf_model.serve.app import CORS_HEADERS
 from estimator_mnist.tf_model.serve.lifecycle import ERR_STOPPING
 from estimator_mnist.tf_model.serve.serving_errors import ServingError
-from tests.unit.serve_fakes import Serve
+from tests.unit.serve_fakes import live_http, Serve
 
 
 @pytest.mark.parametrize("body,message", [
@@ -73,16 +71,8 @@ def live(tmp_path):
     """The app under waitress on a loopback socket, driven by a thread as server.py drives it."""
     serve = Serve(tmp_path / "model", max_body_bytes=1000, cors=True)
     serve.export(100)
-    sock = socket.create_server(("127.0.0.1", 0))
-    app = create_app(serve.api, max_body_bytes=1000, cors=True)
-    http = HttpServer(app, sock, serve.api.lifecycle, 1000, threads=4)
-    stop = threading.Event()
-    loop = threading.Thread(target=lambda: [http.poll(0.05) for _ in iter(stop.is_set, True)])
-    loop.start()
-    yield serve, http, f"http://127.0.0.1:{sock.getsockname()[1]}", sock.getsockname()[1]
-    stop.set()
-    loop.join()
-    http.close()
+    with live_http(serve, 1000, cors=True) as (http, url, port):
+        yield serve, http, url, port
     serve.close()
 
 

@@ -135,7 +135,7 @@ class Held:
 
 def test_concurrent_requests_share_a_call_and_a_bad_one_fails_alone():
     version = Held(Doubler())
-    batcher = Batcher(max_batch_size=64, timeout_secs=0.2).start()
+    batcher = Batcher(max_batch_size=64, timeout_secs=0.2)
     try:
         futures = [batcher.submit(version, "", {"x": np.array([float(i)])}) for i in range(8)]
         bad = batcher.submit(version, "", {"x": np.array([-1.0])})
@@ -149,7 +149,7 @@ def test_concurrent_requests_share_a_call_and_a_bad_one_fails_alone():
 
 def test_a_batch_holds_at_most_max_batch_size_and_mismatched_shapes_run_apart():
     version = Held(Doubler())
-    batcher = Batcher(max_batch_size=4, timeout_secs=0.2).start()
+    batcher = Batcher(max_batch_size=4, timeout_secs=0.2)
     try:
         futures = [batcher.submit(version, "", {"x": np.ones((2, 3))}) for _ in range(3)]
         other = batcher.submit(version, "", {"x": np.ones((1, 5))})

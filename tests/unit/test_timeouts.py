@@ -36,6 +36,7 @@ NOT_BOUNDS_IN_CODE = {
     ("supervise/task_parent.py", "REPEAT_SECS"): "a second SIGTERM within it is the same request",
     ("supervise/task_parent.py", "GATE_POLL_SECS"): "how often the evaluator's start gate is looked at",
     ("sweep/scheduler.py", "POLL_SECS"): "how often the sweep looks at its trials",
+    ("tf_model/serve/server.py", "TRIM_SECS"): "how often serve hands freed memory back to the system",
     ("sweep/scheduler.py", "SAVE_EVERY_SECS"): "how often sweep.json is written",
     ("sweep/table.py", "TABLE_EVERY_SECS"): "the rhythm of the sweep's table",
     ("sweep/table.py", "LINE_EVERY_SECS"): "the rhythm of the sweep's lines in a log",

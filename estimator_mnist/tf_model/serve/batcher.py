@@ -1,52 +1,65 @@
-"""Concurrent requests batched into one model call, as Serving's batching does, with a bounded wait.
+"""Concurrent requests batched into model calls of at most `max_batch_size` images, as Serving's batching does
+(with its large-batch splitting), fairly, with a bounded wait and a bounded queue.
 
 Requests for the same version and signature whose inputs have the same
-dtypes and per-example shapes are concatenated along the batch dimension,
-up to `max_batch_size` examples; the first request of a batch waits at
-most `timeout_secs` for others. A batch that fails is run again request by
-request, so that a bad image fails only its own request (Serving would fail
-the whole batch). Each version has its own thread (a lane) that runs its
-model: a TensorFlow session already uses every core for one call, and a
-call that hangs holds only its own version's lane, so that a newer version
-answers meanwhile. A request whose caller gave up (its deadline passed) is
-cancelled and left out of any later call. No TensorFlow here: the call is
-`version.model.run(signature, inputs)`.
+dtypes and per-example shapes share a model call of at most
+`max_batch_size` examples; the first request of a call waits at most
+`timeout_secs` for others. A larger request is split into chunks that take
+turns with the other requests (round robin), so a 1-image request waits for
+at most two calls. A call that fails is run again request by request, so a
+bad image fails only its own request (Serving would fail the whole batch).
+Each version has its own thread (a lane) that runs its model: a session
+already uses every core, and a call that hangs holds only its own lane.
+
+Each lane holds at most `max_queued_images` images not yet answered (one
+request is always taken): beyond, `QueueFull`. A request given up (its
+deadline passed, its client left) leaves the queue and drops its inputs at
+once. No TensorFlow: the call is `version.model.run(signature, inputs)`.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
-from concurrent.futures import Future
+from collections import deque
+from concurrent.futures import CancelledError, Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
 MAX_BATCH_SIZE = 64
 TIMEOUT_SECS = 0.002
+MAX_QUEUED_IMAGES = 20000  # per version: two requests of MNIST's whole test set; about 63 MB as float32
 
 
-@dataclass
+class QueueFull(Exception):
+    """The version's queue holds `max_queued_images` images already."""
+
+
+@dataclass(eq=False)  # compared by identity: `task in queue` must not compare arrays
 class Task:
     version: object  # versions.Version, held by the caller until the future is done
     signature: str
     inputs: Dict[str, np.ndarray]
     future: Future = field(default_factory=Future)
+    given: int = 0  # examples handed to model calls so far
+    pieces: List[Dict[str, np.ndarray]] = field(default_factory=list)  # the outputs of its chunks, in order
 
-    @property
-    def size(self) -> int:
-        """Its examples: the common first dimension of its inputs, or 0 (a scalar, or inputs that differ)."""
+    def __post_init__(self):
         sizes = {len(array) if array.ndim else 0 for array in self.inputs.values()}
-        return sizes.pop() if len(sizes) == 1 else 0
+        # Its examples: the common first dimension of its inputs, or 0 (a scalar, or inputs that differ).
+        self.size = sizes.pop() if len(sizes) == 1 else 0
+        # What must match for tasks to share a model call; a task of no clear size runs alone, whole.
+        self.key = (self.signature, tuple((name, array.dtype.str, array.shape[1:])
+                                          for name, array in sorted(self.inputs.items()))) if self.size else (id(self),)
 
     @property
-    def key(self) -> tuple:
-        """What must match for tasks to share a model call; a task of no clear size runs alone."""
-        if not self.size:
-            return (id(self),)
-        return (self.signature, tuple((name, array.dtype.str, array.shape[1:]) for name, array in sorted(self.inputs.items())))
+    def left(self) -> int:
+        return max(self.size, 1) - self.given
+
+
+Slice = Tuple[Task, int, int]  # a task's examples [start, stop) in one model call
 
 
 def _split(outputs: Dict[str, np.ndarray], sizes: List[int]) -> List[Dict[str, np.ndarray]]:
@@ -55,113 +68,213 @@ def _split(outputs: Dict[str, np.ndarray], sizes: List[int]) -> List[Dict[str, n
     return [{name: pieces[name][index] for name in outputs} for index in range(len(sizes))]
 
 
+def _inputs(piece: Slice) -> Dict[str, np.ndarray]:
+    task, start, stop = piece
+    whole = not task.size or (start == 0 and stop == task.size)
+    return task.inputs if whole else {name: array[start:stop] for name, array in task.inputs.items()}
+
+
+def _joined(pieces: List[Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
+    """A request's outputs from those of its chunks."""
+    return pieces[0] if len(pieces) == 1 else {name: np.concatenate([p[name] for p in pieces]) for name in pieces[0]}
+
+
+def give_up(future: Future) -> None:
+    """A request given up: cancelled, or failed if a chunk of it ran; it leaves the queue and drops its inputs."""
+    if not future.cancel():
+        _settle(future, error=CancelledError())
+
+
+def _settle(future: Future, result=None, error: Optional[BaseException] = None) -> None:
+    """A result or an error, unless the request was given up or failed meanwhile (abandon())."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except InvalidStateError:
+        pass
+
+
 class Lane:
-    """One version's queue and the thread that runs its model calls."""
+    """One version's queue (tasks with examples not yet handed to a call, in turn) and its model thread."""
 
     def __init__(self, batcher: "Batcher", version):
         self.batcher, self.version = batcher, version
-        self.queue: "queue.Queue[Optional[Task]]" = queue.Queue()
-        self._waiting: List[Task] = []  # taken from the queue, left out of the last batch
-        self._stopping = threading.Event()
+        self._cond = threading.Condition()
+        self._tasks: Deque[Task] = deque()
+        self._running: List[Task] = []  # the tasks of the call running now
+        self.queued_images = 0  # examples of this lane's tasks not answered yet
+        self._stopping = False
         self.thread = threading.Thread(target=self._loop, name=f"serve-batcher-{getattr(version, 'number', '')}",
                                        daemon=True)  # daemon: a call that never returns cannot keep the process up
         self.thread.start()
 
+    def put(self, task: Task) -> None:
+        with self._cond:
+            if self._stopping:
+                task.future.cancel()
+                return
+            if self.queued_images and self.queued_images + task.left > self.batcher.max_queued_images:
+                raise QueueFull()
+            self.queued_images += task.left
+            self._tasks.append(task)
+            self._cond.notify()
+        task.future.add_done_callback(lambda future: self._discard(task))
+
+    def _drop(self, task: Task) -> None:
+        """Out of the queue, its examples not handed to a call no longer counted. Called with the lock held."""
+        if task in self._tasks:
+            self._tasks.remove(task)
+        self.queued_images -= task.left
+        task.given = max(task.size, 1)
+
+    def _discard(self, task: Task) -> None:
+        """A task done or given up: out of the queue, its inputs dropped at once (a running call's examples
+        are counted out when it returns)."""
+        with self._cond:
+            self._drop(task)
+            task.inputs = {}
+
     def stop(self, timeout: Optional[float] = None) -> bool:
         """Ends the lane once its current call returns; False if that call is still running after `timeout`."""
-        self._stopping.set()
-        self.queue.put(None)
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
         self.thread.join(timeout)
         return not self.thread.is_alive()
 
-    def _next(self, timeout: float):
-        try:
-            return self.queue.get(timeout=timeout) if timeout > 0 else self.queue.get_nowait()
-        except queue.Empty:
-            return None
+    def abandon(self, error: BaseException) -> None:
+        """Every task of the lane, queued or in the running call, fails with `error` now."""
+        with self._cond:
+            tasks = list(self._tasks) + list(self._running)
+        for task in tasks:
+            _settle(task.future, error=error)
 
-    def _batch(self) -> List[Task]:
-        """The first waiting task and those that fit with it, gathered for at most `timeout_secs`."""
-        first = self._waiting.pop(0) if self._waiting else self.queue.get()
-        if first is None:
-            return []
-        limit = self.batcher.max_batch_size
-        batch, size = [first], first.size
-        deadline = time.monotonic() + self.batcher.timeout_secs
-        for task in list(self._waiting):
-            if task.key == first.key and size + task.size <= limit:
-                self._waiting.remove(task)
-                batch.append(task)
-                size += task.size
-        while size < limit:
-            task = self._next(deadline - time.monotonic())
-            if task is None:
-                break
-            if task.key == first.key and size + task.size <= limit:
-                batch.append(task)
-                size += task.size
-            else:
-                self._waiting.append(task)
+    def _take(self, first_key, room: int, batch: List[Slice]) -> int:
+        """Up to `room` examples of the tasks that share `first_key`, in turn; those with examples left go
+        to the back of the queue. Called with the lock held."""
+        taken, ahead, behind = 0, [], []  # those passed over keep their place, ahead of those sent back
+        while self._tasks and taken < room:
+            task = self._tasks.popleft()
+            if task.key != first_key or (batch and task.size == 0):
+                ahead.append(task)
+                continue
+            if task.future.done() or (task.given == 0 and not task.future.set_running_or_notify_cancel()):
+                self._drop(task)  # given up just now: its done callback waits for this lock
+                continue
+            count = min(task.left, room - taken) if task.size else 1
+            batch.append((task, task.given, task.given + count))
+            task.given += count
+            taken += count
+            if task.left:
+                behind.append(task)
+        self._tasks.extendleft(reversed(ahead))
+        self._tasks.extend(behind)
+        return taken
+
+    def _batch(self) -> List[Slice]:
+        """The first task's next chunk and those that fit with it, gathered for at most `timeout_secs`."""
+        batch: List[Slice] = []
+        with self._cond:
+            self._cond.wait_for(lambda: self._tasks or self._stopping)
+            if self._stopping:
+                return []
+            first_key, limit = self._tasks[0].key, self.batcher.max_batch_size
+            size = self._take(first_key, limit, batch)
+            deadline = time.monotonic() + self.batcher.timeout_secs
+            while batch and batch[0][0].size and size < limit and time.monotonic() < deadline:
+                self._cond.wait(max(deadline - time.monotonic(), 0.0))
+                if self._stopping:
+                    break
+                size += self._take(first_key, limit - size, batch)
+            self._running = [task for task, _, _ in batch]
         return batch
 
     def _loop(self) -> None:
-        while not self._stopping.is_set():
-            batch = [task for task in self._batch() if task.future.set_running_or_notify_cancel()]
+        while not self._stopping:
+            batch = self._batch()
             if batch:
                 self._run(batch)
-        for task in self._waiting + list(self.queue.queue):
-            if task is not None:
-                task.future.cancel()
+            with self._cond:
+                self._running = []
+        with self._cond:
+            tasks, self._tasks = list(self._tasks), deque()
+        for task in tasks:
+            task.future.cancel()
 
     def _call(self, signature: str, inputs: Dict[str, np.ndarray], examples: int):
         self.batcher.calls += 1
         self.batcher.on_batch(self.version, examples)
         return self.version.model.run(signature, inputs)
 
-    def _run(self, batch: List[Task]) -> None:
-        first = batch[0]
+    def _run(self, batch: List[Slice]) -> None:
+        batch = [piece for piece in batch if not piece[0].future.done()]  # given up meanwhile
+        if not batch:
+            return
+        first = batch[0][0]
         if len(batch) > 1:
-            merged = {name: np.concatenate([task.inputs[name] for task in batch]) for name in first.inputs}
+            merged = {name: np.concatenate([_inputs(piece)[name] for piece in batch]) for name in first.inputs}
             try:
-                outputs = self._call(first.signature, merged, sum(task.size for task in batch))
+                outputs = self._call(first.signature, merged, sum(stop - start for _, start, stop in batch))
             except Exception:  # pylint: disable=broad-except  # some request of the batch is bad: find which
                 outputs = None
             if outputs is not None:
-                for task, result in zip(batch, _split(outputs, [task.size for task in batch])):
-                    task.future.set_result(result)
+                for piece, result in zip(batch, _split(outputs, [stop - start for _, start, stop in batch])):
+                    self._done(piece, result)
                 return
-        for task in batch:
+        for piece in batch:
             try:
-                task.future.set_result(self._call(task.signature, task.inputs, task.size))
+                result = self._call(piece[0].signature, _inputs(piece), piece[2] - piece[1])
             except Exception as exc:  # pylint: disable=broad-except  # its own request's answer
-                task.future.set_exception(exc)
+                self._done(piece, None, exc)
+            else:
+                self._done(piece, result)
+
+    def _done(self, piece: Slice, result, error: Optional[BaseException] = None) -> None:
+        task, start, stop = piece
+        with self._cond:
+            self.queued_images -= stop - start
+            finished = error is not None or stop >= task.size
+            if finished:
+                self._drop(task)
+                task.inputs = {}
+        if error is not None:
+            _settle(task.future, error=error)
+            return
+        task.pieces.append(result)
+        if finished:
+            pieces, task.pieces = task.pieces, []
+            _settle(task.future, _joined(pieces))
 
 
 class Batcher:
     """The lanes of every loaded version. `on_batch(version, examples)` is told of each model call (metrics)."""
 
     def __init__(self, max_batch_size: int = MAX_BATCH_SIZE, timeout_secs: float = TIMEOUT_SECS,
-                 on_batch: Callable[[object, int], None] = lambda version, examples: None):
+                 on_batch: Callable[[object, int], None] = lambda version, examples: None,
+                 max_queued_images: int = MAX_QUEUED_IMAGES):
         self.max_batch_size, self.timeout_secs, self.on_batch = max_batch_size, timeout_secs, on_batch
+        self.max_queued_images = max_queued_images
         self._lanes: Dict[int, Lane] = {}
         self._lock = threading.Lock()
         self._stopped = False
         self.calls = 0  # model calls so far (the tests read it)
 
-    def start(self) -> "Batcher":
-        return self
-
     def submit(self, version, signature: str, inputs: Dict[str, np.ndarray]) -> Future:
+        """The request's future; QueueFull if its version's queue has no room for it."""
         task = Task(version, signature, inputs)
         with self._lock:
             if self._stopped:
                 task.future.cancel()
                 return task.future
-            lane = self._lanes.get(id(version))
-            if lane is None:
-                lane = self._lanes[id(version)] = Lane(self, version)
-            lane.queue.put(task)
+            lane = self._lanes.get(id(version)) or self._lanes.setdefault(id(version), Lane(self, version))
+        lane.put(task)
         return task.future
+
+    def queued_images(self) -> int:
+        with self._lock:
+            return sum(lane.queued_images for lane in self._lanes.values())
 
     def retire(self, version, timeout: Optional[float] = None) -> bool:
         """Stops `version`'s lane (its requests are done or given up); False if a call of it still runs."""
@@ -169,9 +282,18 @@ class Batcher:
             lane = self._lanes.pop(id(version), None)
         return lane.stop(timeout) if lane is not None else True
 
+    def abandon(self, error: BaseException) -> None:
+        """Every request queued or running fails with `error` at once (the drain's end: answered, not reset)."""
+        with self._lock:
+            lanes = list(self._lanes.values())
+        for lane in lanes:
+            lane.abandon(error)
+
     def stop(self, timeout: Optional[float] = None) -> None:
+        """Stops every lane, all of them within `timeout` together."""
         with self._lock:
             self._stopped = True
             lanes, self._lanes = list(self._lanes.values()), {}
+        end = None if timeout is None else time.monotonic() + timeout
         for lane in lanes:
-            lane.stop(timeout)
+            lane.stop(None if end is None else max(end - time.monotonic(), 0.0))

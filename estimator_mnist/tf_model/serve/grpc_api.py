@@ -22,6 +22,7 @@ from tensorflow.core.framework import types_pb2
 from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb2, model_pb2, model_service_pb2_grpc,
                                      predict_pb2, prediction_service_pb2_grpc)
 
+from estimator_mnist.tf_model.serve.grpc_codec import Codec
 from estimator_mnist.tf_model.serve.request_json import DEFAULT_SIGNATURE
 from estimator_mnist.tf_model.serve.serving_api import ServingApi
 from estimator_mnist.tf_model.serve.serving_errors import CODE_NAMES, invalid, ServingError
@@ -68,8 +69,8 @@ class Handler:
     The servicers are coroutines on grpc.aio's event loop (grpc_server.py): a request waiting for the model holds
     no thread."""
 
-    def __init__(self, api: ServingApi):
-        self.api = api
+    def __init__(self, api: ServingApi, codec: Codec):
+        self.api, self.codec = api, codec
 
     async def call(self, context, method: str, spec, work: Callable[[], object]):
         try:
@@ -113,6 +114,15 @@ def _output_names(request, outputs) -> list:
     return seen or sorted(outputs)
 
 
+def _predict_response(name: str, signature: str, version: int, outputs: dict) -> predict_pb2.PredictResponse:
+    response = predict_pb2.PredictResponse()
+    response.model_spec.name, response.model_spec.signature_name = name, signature
+    response.model_spec.version.value = version
+    for output, array in outputs.items():
+        fill(response.outputs[output], array)
+    return response
+
+
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer, Handler):
     async def Predict(self, request, context):
         return await self.call(context, "Predict", request.model_spec, lambda: self._predict(request, context))
@@ -127,15 +137,13 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer, H
             definition = served.model.signature_defs.get(signature)
             if definition is None:
                 raise ServingError("FAILED_PRECONDITION", ERR_SIGNATURE_KEY.format(name=signature))
-            arrays = _checked_inputs(request, served.model.input_types(signature))
+            # A large request's TensorProtos become arrays, and its outputs TensorProtos, off the loop.
+            arrays = await self.codec.offload(_checked_inputs, request, served.model.input_types(signature))
             names = _output_names(request, definition.get("outputs", {}))
             outputs = await self.api.run_async(served, signature, arrays, deadline)
-            response = predict_pb2.PredictResponse()
-            response.model_spec.name, response.model_spec.signature_name = spec.name, signature
-            response.model_spec.version.value = served.number
-            for name in names:
-                fill(response.outputs[name], outputs[name])
-            return response
+            del arrays  # the model has them no more: nor does this coroutine while the answer is written
+            return await self.codec.offload(_predict_response, spec.name, signature, served.number,
+                                            {name: outputs[name] for name in names})
         finally:
             served.release()
 
@@ -229,7 +237,6 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer, Handler):
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, ERR_RELOAD)
 
 
-def add_services(server, api: ServingApi) -> None:
-    """Both services on a grpc.aio server."""
-    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(api), server)
-    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(api), server)
+def add_services(server, api: ServingApi, codec: Codec) -> None:
+    """Both services on a grpc.aio server, their messages read and written by `codec` (grpc_codec.py)."""
+    codec.add(server, {"PredictionService": PredictionService(api, codec), "ModelService": ModelService(api, codec)})

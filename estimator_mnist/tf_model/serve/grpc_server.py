@@ -14,15 +14,20 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 
 import grpc
 
 from estimator_mnist.config import timeouts
 from estimator_mnist.errors import UsageError
 from estimator_mnist.tf_model.serve.grpc_api import add_services
+from estimator_mnist.tf_model.serve.grpc_codec import Codec
 from estimator_mnist.tf_model.serve.serving_api import ServingApi
 
-MAX_RPCS = 128  # RPCs accepted at once; more get RESOURCE_EXHAUSTED
+# RPCs accepted at once; more get RESOURCE_EXHAUSTED. Each waiting RPC is a coroutine, and memory is bounded by
+# the images queued (batcher.py) and the large messages waiting to be read (grpc_codec.py), so this is high
+# enough that one client's flood of short-deadline requests cannot take every slot from the others.
+MAX_RPCS = 1024
 ERR_BIND = "port {port} on {host} cannot be used (gRPC cannot bind it); give another with --grpc-port, or stop what holds it"
 
 
@@ -33,6 +38,7 @@ class GrpcServer:
         self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._host, self._port = host, port
         self._server = None
+        self.codec = Codec()
         self._thread.start()
         try:
             self._call(self._start(api, max_message_bytes))
@@ -47,7 +53,7 @@ class GrpcServer:
         self._server = grpc.aio.server(maximum_concurrent_rpcs=MAX_RPCS, options=[
             ("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes)])
-        add_services(self._server, api)
+        add_services(self._server, api, self.codec)
         try:
             bound = self._server.add_insecure_port(self._address)
         except RuntimeError:
@@ -60,10 +66,13 @@ class GrpcServer:
         """New RPCs are refused at once (UNAVAILABLE); those in flight get `grace` seconds. Done when stopped."""
         return asyncio.run_coroutine_threadsafe(self._server.stop(grace), self._loop)
 
-    def close(self) -> None:
+    def close(self, timeout: float = timeouts.SERVE_CLOSE_SECS) -> None:
+        """Stops the server and its loop, within `timeout` in all."""
+        end = time.monotonic() + timeout
         try:
-            self._call(self._server.stop(None), timeout=timeouts.SERVE_GRPC_CLOSE_SECS)
+            self._call(self._server.stop(None), timeout=timeout)
         except (concurrent.futures.TimeoutError, RuntimeError):
             pass
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeouts.SERVE_GRPC_CLOSE_SECS)
+        self.codec.close()
+        self._thread.join(max(end - time.monotonic(), 0.0))

@@ -1,8 +1,10 @@
 """waitress for serve: its body limit the app's, an oversized body refused with Serving's error body before it is
 read, connections closed after their answer once the drain refuses new requests, and the drain's steps.
 
-waitress refuses a body over `max_request_body_size` as soon as its
-Content-Length is read (a chunked one once the limit is reached), with a
+waitress refuses a body of `max_request_body_size` bytes or more as soon
+as its Content-Length is read (a chunked one once the bytes read reach it),
+so it is given the limit plus one: a body of exactly the limit is read; a
+larger one is refused with a
 plain-text 413; its error task is given Serving's answer instead (400 and
 `{"error": ...}`, as the app answers a body over the limit), and no "100
 Continue" is sent for a request already refused, so that a client waiting
@@ -66,7 +68,7 @@ class HttpServer:
     def __init__(self, app, sock: socket.socket, lifecycle: Lifecycle, max_body_bytes: int,
                  threads: int = THREADS, connection_limit: int = CONNECTION_LIMIT):
         self.server = create_server(app, sockets=[sock], threads=threads, connection_limit=connection_limit,
-                                    max_request_body_size=max_body_bytes, backlog=BACKLOG,
+                                    max_request_body_size=max_body_bytes + 1, backlog=BACKLOG,
                                     clear_untrusted_proxy_headers=True)
         self.server.channel_class = _channel_class(lifecycle, max_body_bytes)
         self._map = self.server._map  # pylint: disable=protected-access  # the one loop's map, which we drive
@@ -88,9 +90,9 @@ class HttpServer:
         """Every request read has been answered and its answer written out."""
         return all(not channel.requests and not channel.total_outbufs_len for channel in self.channels())
 
-    def close(self) -> None:
+    def close(self, timeout: float = timeouts.SERVE_CLOSE_SECS) -> None:
         self.stop_accepting()
         for channel in self.channels():
             channel.close()
-        self.server.task_dispatcher.shutdown(cancel_pending=True, timeout=timeouts.SERVE_CLOSE_SECS)
+        self.server.task_dispatcher.shutdown(cancel_pending=True, timeout=timeout)
         self.server.trigger.close()

@@ -11,6 +11,7 @@ flags are set in the handlers, the main thread's loop acts on them.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import logging
 import os
@@ -24,6 +25,7 @@ from estimator_mnist.errors import UsageError
 from estimator_mnist.plan.hosts import LOOPBACK_HOSTS
 from estimator_mnist.startup_noise import before_import
 
+TRIM_SECS = 2.0  # how often freed memory is handed back (trim_memory): a rhythm, no bound
 STOPPED_BY_SECOND_SIGNAL = 143  # 128 + SIGTERM: the drain was cut short
 ERR_NO_MODEL = ("{path}: no such directory; give an export directory, a model_dir or a run directory, as for "
                 "predict (a model_dir without an export yet is served from its first export on)")
@@ -91,6 +93,30 @@ def _load_first(versions, path: str) -> None:
     _log(f"no export in {path} yet: serving its first export as soon as it appears")
 
 
+def _libc():
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc: nothing to do
+        return None
+
+
+def return_freed_memory() -> None:
+    """Large blocks always mmap'd, so that freeing them returns them to the system: glibc otherwise raises its
+    mmap threshold after the first large free (up to 32 MiB), and a burst of requests' inputs stays in the
+    heap as resident memory for ever. M_MMAP_THRESHOLD (-3) set to its default, 128 KiB, keeps it there."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "mallopt"):
+        libc.mallopt(-3, 128 * 1024)
+
+
+def trim_memory() -> None:
+    """The free pages of every malloc arena back to the system: gRPC reads a message into many small blocks,
+    spread over its threads' arenas, which a burst of large messages leaves resident (malloc_trim(3))."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
+
+
 def run(args) -> int:
     check_model_path(args.model)
     sock = listen(args.host, args.port)
@@ -100,13 +126,15 @@ def run(args) -> int:
         warning = exposure_warning(args.host, args.port)
         if warning:
             print(warning, file=sys.stderr, flush=True)
+        return_freed_memory()
         before_import()  # TensorFlow's start-up notices say nothing about serving (startup_noise.py)
         # pylint: disable=import-outside-toplevel  # TensorFlow, after the checks
         from estimator_mnist.tf_model.serve.batcher import Batcher
         from estimator_mnist.tf_model.serve.model import LoadedModel
         from estimator_mnist.tf_model.serve.versions import Versions
 
-        batcher = Batcher(args.max_batch_size, args.batch_timeout_ms / 1000.0)
+        batcher = Batcher(args.max_batch_size, args.batch_timeout_ms / 1000.0,
+                          max_queued_images=args.max_queued_images)
         versions = Versions(args.model, LoadedModel, log=_log, poll_secs=args.poll_secs,
                             unload_wait_secs=args.request_timeout_ms / 1000.0, retire=batcher.retire)
         _load_first(versions, args.model)
@@ -139,29 +167,53 @@ def _serve(args, sock: socket.socket, versions, batcher) -> int:
     previous = {number: signal.signal(number, lambda signum, frame: signals.append(signum))
                 for number in (signal.SIGTERM, signal.SIGINT)}
     try:
-        _run_until_drained(http, grpc_server, lifecycle, signals)
-    finally:  # a signal or any failure: nothing is left running
+        _run_until_drained(http, grpc_server, lifecycle, signals, api)
+    finally:  # a signal or any failure: nothing is left running, within SERVE_CLOSE_SECS in all
         for number, handler in previous.items():
             signal.signal(number, handler)
-        http.close()
-        if grpc_server is not None:
-            grpc_server.close()
-        batcher.stop(timeout=timeouts.SERVE_CLOSE_SECS)
-        versions.stop(wait_secs=timeouts.SERVE_CLOSE_SECS)
+        closed = _close(http, grpc_server, batcher, versions, time.monotonic() + timeouts.SERVE_CLOSE_SECS)
+    code = 0
     if len(signals) > 1:
-        return STOPPED_BY_SECOND_SIGNAL if signals[0] != signal.SIGINT else _interrupted()
-    return _interrupted() if signals[0] == signal.SIGINT else 0
+        code = STOPPED_BY_SECOND_SIGNAL if signals[0] != signal.SIGINT else 130
+    elif signals[0] == signal.SIGINT:
+        code = 130
+    if not closed:
+        # A load or a model call still runs in a daemon thread: TensorFlow's exit handlers must not race it.
+        _log(f"an export still loading or a model call still running after {timeouts.SERVE_CLOSE_SECS:g} s: "
+             "exiting without it")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # pylint: disable=protected-access
+    return _interrupted() if code == 130 else code
+
+
+def _close(http, grpc_server, batcher, versions, end: float) -> bool:
+    """HTTP, gRPC, the batcher and the versions, each given what is left until `end`; False if a thread of
+    theirs still runs then."""
+    def left() -> float:
+        return max(end - time.monotonic(), 0.0)
+
+    http.close(left())
+    if grpc_server is not None:
+        grpc_server.close(left())
+    batcher.stop(timeout=left())
+    return versions.stop(wait_secs=left())
 
 
 def _interrupted() -> int:
     raise KeyboardInterrupt  # exit 130 (cli.py)
 
 
-def _run_until_drained(http, grpc_server, lifecycle, signals: list) -> None:
+def _run_until_drained(http, grpc_server, lifecycle, signals: list, api) -> None:
     """Serves until a signal, then drains: not ready at once, new requests answered for the delay, then refused
-    while those in flight finish (at most drain_secs). A second signal ends the drain at once."""
+    while those in flight finish (at most drain_secs); those still waiting for the model then are answered
+    UNAVAILABLE (SERVE_ANSWER_SECS to write it), never reset. A second signal ends the drain at once."""
+    trimmed = time.monotonic()
     while not signals:
         http.poll(0.2)
+        if time.monotonic() - trimmed > TRIM_SECS:
+            trim_memory()
+            trimmed = time.monotonic()
     lifecycle.begin_drain()
     name = signal.Signals(signals[0]).name
     _log(f"{name}: draining: not ready; new requests answered for {lifecycle.delay_secs:g} s more, then refused; "
@@ -180,5 +232,11 @@ def _run_until_drained(http, grpc_server, lifecycle, signals: list) -> None:
         http.poll(0.05)
     if len(signals) > 1:
         _log(f"{signal.Signals(signals[1]).name} again: stopping at once, {lifecycle.in_flight} requests cut off")
-    else:
-        _log(f"{lifecycle.in_flight} requests still in flight after {lifecycle.drain_secs:g} s: cut off")
+        return
+    _log(f"{lifecycle.in_flight} requests still in flight after {lifecycle.drain_secs:g} s: answered UNAVAILABLE")
+    api.abandon()
+    end = time.monotonic() + timeouts.SERVE_ANSWER_SECS
+    while len(signals) < 2 and time.monotonic() < end:
+        if lifecycle.in_flight == 0 and http.idle() and (stopped is None or stopped.done()):
+            return
+        http.poll(0.05)

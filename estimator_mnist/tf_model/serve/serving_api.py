@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from estimator_mnist.config import timeouts
-from estimator_mnist.tf_model.serve.batcher import Batcher
+from estimator_mnist.tf_model.serve.batcher import Batcher, give_up, QueueFull
 from estimator_mnist.tf_model.serve.lifecycle import ERR_STOPPING, Lifecycle
 from estimator_mnist.tf_model.serve.metrics import Metrics
 from estimator_mnist.tf_model.serve.serving_errors import invalid, ServingError
@@ -31,6 +31,9 @@ ERR_ELEMENTS = ("Tensor {name} of {count} values is larger than estimator-mnist 
                 "(MNIST's whole test set); send fewer instances per request")
 ERR_DEADLINE = ("Deadline exceeded: the request was not answered within {secs:g} s (serve's --request-timeout-ms, "
                 "or the client's deadline)")
+ERR_QUEUE_FULL = ("The batch queue of version {version} holds {images} images already (serve's --max-queued-images): "
+                  "retry later, or send this request to another replica")
+OTHER = "(other)"  # the one label value of every model name or signature that does not exist
 ERR_CLASSIFY_OUTPUTS = "Expected one or two output Tensors, found {count}"  # classifier.cc
 ERR_REGRESS_OUTPUTS = "Expected one output Tensor."  # regressor.cc
 ERR_ONE_INPUT = "Expected one input Tensor."  # classifier.cc and regressor.cc
@@ -47,14 +50,16 @@ class ServingApi:
         batcher.on_batch = lambda version, examples: self.metrics.batch(self.name, examples)
 
     def version_states(self) -> List[Tuple[str, int, str]]:
-        return [(self.name, number, state) for number, state, _, _ in self.states(self.name, None, missing_ok=True)]
+        """The metrics' version states: versions loading, loaded or unloading; one that ended has no series."""
+        return [(self.name, number, state) for number, state, _, _ in self.states(self.name, None, missing_ok=True)
+                if state != "END"]
 
     @contextmanager
     def request(self, api: str, entrypoint: str, model_name: str, signature_name: str = ""):
         """One request: refused once the drain refuses, counted in flight, recorded in the metrics by its
         status (Serving's RecordModelRequestCount and RecordRequestLatency)."""
         if not self.lifecycle.enter():
-            self.metrics.request(model_name, signature_name, api, entrypoint, "UNAVAILABLE", 0.0)
+            self.metrics.request(*self._labels(model_name, signature_name), api, entrypoint, "UNAVAILABLE", 0.0)
             raise ServingError("UNAVAILABLE", ERR_STOPPING)
         start, status, labels = time.monotonic(), "UNKNOWN", {"signature_name": signature_name}
         try:
@@ -64,9 +69,17 @@ class ServingApi:
             status = exc.code
             raise
         finally:
-            self.metrics.request(model_name, labels["signature_name"], api, entrypoint, status,
+            self.metrics.request(*self._labels(model_name, labels["signature_name"]), api, entrypoint, status,
                                  time.monotonic() - start)
             self.lifecycle.leave()
+
+    def _labels(self, model_name: str, signature_name: str) -> Tuple[str, str]:
+        """The metric labels of a request: the names a client sent only if they exist (the model's, a signature
+        of a loaded version, or none), else OTHER, so that no client grows the metrics page."""
+        if model_name != self.name:
+            return OTHER, OTHER if signature_name else ""
+        known = not signature_name or signature_name in self.versions.signature_names()
+        return model_name, signature_name if known else OTHER
 
     def deadline(self, client_secs: Optional[float] = None) -> float:
         """The time.monotonic() by which a request is answered: the flag's, or the client's if sooner."""
@@ -87,7 +100,13 @@ class ServingApi:
                 raise invalid(ERR_TASK_SIZE.format(size=len(array), limit=MAX_INSTANCES))
             if array.size > MAX_ELEMENTS:
                 raise invalid(ERR_ELEMENTS.format(name=input_name, count=array.size, limit=MAX_ELEMENTS))
-        return self.batcher.submit(served, signature_name, inputs)
+        try:
+            return self.batcher.submit(served, signature_name, inputs)
+        except QueueFull:
+            # Serving maps RESOURCE_EXHAUSTED to 429; a full queue is this replica's overload, which a load
+            # balancer retries elsewhere on 503 (Serving's own full batch queue is UNAVAILABLE, 503).
+            raise ServingError("RESOURCE_EXHAUSTED", ERR_QUEUE_FULL.format(
+                version=served.number, images=self.batcher.max_queued_images), http_status=503) from None
 
     def run(self, served: Version, signature_name: str, inputs: Dict[str, np.ndarray],
             deadline: float) -> Dict[str, np.ndarray]:
@@ -113,12 +132,16 @@ class ServingApi:
         except asyncio.CancelledError:
             if future.cancelled():
                 raise ServingError("UNAVAILABLE", ERR_STOPPING) from None
-            future.cancel()
+            give_up(future)  # the client left: its inputs leave the queue now
             raise
 
     def _gave_up(self, future: Future) -> ServingError:
-        future.cancel()
+        give_up(future)
         return ServingError("DEADLINE_EXCEEDED", ERR_DEADLINE.format(secs=self.deadline_secs))
+
+    def abandon(self) -> None:
+        """The drain's end: every request still waiting for the model is answered UNAVAILABLE now."""
+        self.batcher.abandon(ServingError("UNAVAILABLE", ERR_STOPPING))
 
     def check_classify_or_regress(self, served: Version, signature_name: str, method: str) -> None:
         """PreProcessClassification / PreProcessRegression on this export's predict signatures: Serving

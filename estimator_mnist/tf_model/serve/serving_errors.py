@@ -24,13 +24,10 @@ CODE_NAMES = {1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_
 class ServingError(Exception):
     """What Serving's handler returns as a non-OK status: `code` is absl's name of it."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str, http_status: int = 0):
         super().__init__(message)
         self.code, self.message = code, message
-
-    @property
-    def http_status(self) -> int:
-        return HTTP_STATUS.get(self.code, 500)
+        self.http_status = http_status or HTTP_STATUS.get(code, 500)
 
     def status_string(self) -> str:
         """absl::Status::ToString(), which Serving nests inside some of its messages."""

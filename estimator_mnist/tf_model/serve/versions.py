@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
@@ -24,6 +25,7 @@ from estimator_mnist import checkpoints
 from estimator_mnist.tf_model.predict import SAVED_MODEL_FILE, export_candidates
 
 POLL_SECS = 1.0  # Serving's --file_system_poll_wait_seconds default
+ENDED_KEPT = 4  # versions unloaded or failed whose END state GET /v1/models/NAME still lists (the newest ones)
 FIXED_VERSION = 1  # an export directory given itself, whose name is no number
 
 
@@ -33,7 +35,8 @@ def version_of(export_dir: str) -> int:
 
 
 def newest_export(model_path: str) -> Optional[Tuple[int, str]]:
-    """(version, directory) of the newest finished export that `model_path` names, if any."""
+    """(version, directory) of the newest finished export that `model_path` names, if any: the one listing of the
+    model path that serve makes (the place to point at another storage layer)."""
     candidates = export_candidates(model_path)
     return max(((version_of(d), d) for d in candidates), default=None)
 
@@ -90,6 +93,8 @@ class Versions:
         self._unloading: List[threading.Thread] = []
         self._lock = threading.Lock()
         self._served: Optional[Version] = None
+        self._signatures: frozenset = frozenset()  # the signature names of the loaded versions
+        self._failed: set = set()  # versions that failed to load: never tried again
         self._states: Dict[int, Tuple[str, str, str]] = {}  # version -> (state, error_code, error_message)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -106,17 +111,19 @@ class Versions:
             return
         number, export_dir = newest
         served = self._served
-        if (served and number <= served.number) or self._states.get(number, ("",))[0] == "END":
+        if (served and number <= served.number) or number in self._failed:
             return
         self._states[number] = ("LOADING", "OK", "")
         try:
             model = self._load(export_dir)
         except Exception as exc:  # pylint: disable=broad-except  # any load failure: keep serving what is served
-            self._states[number] = ("END", "UNKNOWN", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            self._failed.add(number)
+            self._end(number, ("END", "UNKNOWN", str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
             self._log(f"version {number} ({export_dir}) failed to load: {self._states[number][2]}")
             return
         with self._lock:
             old, self._served = self._served, Version(number, export_dir, model)
+            self._signatures = self._signatures | frozenset(getattr(model, "signature_defs", {}))
             self._states[number] = ("AVAILABLE", "OK", "")
         self._log(f"serving version {number} ({export_dir})")
         if old is not None:  # in a thread of its own: a request that hangs on it cannot hold up later versions
@@ -130,7 +137,22 @@ class Versions:
         if not old.unload(wait_secs, self._retire):
             self._log(f"version {old.number} unloaded while a request or a model call still held it, after "
                       f"{wait_secs:g} s")
-        self._states[old.number] = ("END", "OK", "")
+        with self._lock:
+            served = self._served
+            self._signatures = frozenset(getattr(served.model, "signature_defs", {})) if served else frozenset()
+        self._end(old.number, ("END", "OK", ""))
+
+    def _end(self, number: int, state: Tuple[str, str, str]) -> None:
+        """A version ended; only the newest ENDED_KEPT ended ones stay listed, so the states stay bounded."""
+        with self._lock:
+            self._states[number] = state
+            ended = sorted(n for n, s in self._states.items() if s[0] == "END")
+            for old in ended[:-ENDED_KEPT]:
+                del self._states[old]
+
+    def signature_names(self) -> frozenset:
+        """The signatures of the versions loaded now (for the metrics' labels)."""
+        return self._signatures
 
     def acquire(self, number: Optional[int] = None) -> Optional[Version]:
         """The served version (or `number` if it is the served one), held until `release()`; None if there is none."""
@@ -158,15 +180,25 @@ class Versions:
             self._thread = threading.Thread(target=self._watch, name="serve-versions", daemon=True)
             self._thread.start()
 
-    def stop(self, wait_secs: Optional[float] = None) -> None:
-        """Stops polling and unloads every version, each waiting at most `wait_secs` for its requests."""
+    def stop(self, wait_secs: Optional[float] = None) -> bool:
+        """Stops polling and unloads every version, within `wait_secs` in all; False if the polling thread (in
+        a load, or a listing that hangs) or an unload still ran then (daemon threads: they end with the process)."""
+        end = None if wait_secs is None else time.monotonic() + wait_secs
+
+        def left() -> Optional[float]:
+            return None if end is None else max(end - time.monotonic(), 0.0)
+
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(left())
         with self._lock:
             served, self._served = self._served, None
         if served is not None:
             self._states[served.number] = ("UNLOADING", "OK", "")
-            self._unload(served, wait_secs)
+            thread = threading.Thread(target=self._unload, args=(served, left()), name=f"serve-unload-{served.number}",
+                                      daemon=True)
+            self._unloading.append(thread)
+            thread.start()
         for thread in self._unloading:
-            thread.join(wait_secs)
+            thread.join(left())
+        return not any(t.is_alive() for t in self._unloading + [self._thread] if t is not None)
