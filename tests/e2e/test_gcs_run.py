@@ -208,3 +208,37 @@ def test_a_bucket_that_does_not_exist_is_one_line_exit_2_before_any_task(gcs_ser
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "gs://no-such-bucket-anywhere" in lines[0] and "does not exist" in lines[0]
     assert not (tmp_path / "run" / "logs").exists()
+
+
+def _copy_export(source: str, target: str) -> None:
+    """A newer export written into the bucket as an evaluation writes one: saved_model.pb last."""
+    files = storage.store_for(source).walk_files(source)
+    for url in sorted(files, key=lambda u: u.endswith("/saved_model.pb")):
+        if not url.endswith("/"):
+            storage.write_atomic(target + url[len(source):], storage.read_bytes(url))
+
+
+def test_serve_answers_from_the_bucket_and_picks_up_a_newer_export(bucket_run, gcs_server, mnist_data_dir,
+                                                                  monkeypatch):
+    from estimator_mnist.mnist_data.arrays import load_split_numpy  # pylint: disable=import-outside-toplevel
+    from tests.serve_helpers import Server  # pylint: disable=import-outside-toplevel
+
+    for key, value in gcs_server.env().items():
+        monkeypatch.setenv(key, value)  # serve's process, and this one, reach the bucket
+    images, labels = load_split_numpy("test", mnist_data_dir)
+    images, labels = images[:100], labels[:100]
+    export_base = storage.join(bucket_run["model_dir"], "export", "latest")
+    first = max(int(name) for name in storage.listdir(export_base) if name.isdigit())
+    server = Server(bucket_run["model_dir"])
+    try:
+        server.wait_for_version(first)
+        answer = server.predict({"signature_name": "images", "instances": (images / 255.0).tolist()})
+        assert answer.ok, answer.text
+        classes = [int(p["class_ids"]) for p in answer.json()["predictions"]]
+        assert sum(c == l for c, l in zip(classes, labels)) >= 80  # a 40-step model: most digits right
+        _copy_export(storage.join(export_base, str(first)), storage.join(export_base, str(first + 1000)))
+        server.wait_for_version(first + 1000, timeout=120)
+        again = server.predict({"signature_name": "images", "instances": (images[:5] / 255.0).tolist()})
+        assert again.ok and [int(p["class_ids"]) for p in again.json()["predictions"]] == classes[:5]
+    finally:
+        assert server.stop() in (0, 130), "".join(server.lines)

@@ -21,7 +21,9 @@ import sys
 import time
 
 from estimator_mnist.config import timeouts
+from estimator_mnist import storage
 from estimator_mnist.errors import UsageError
+from estimator_mnist.storage.urls import check_url
 from estimator_mnist.plan.hosts import LOOPBACK_HOSTS
 from estimator_mnist.startup_noise import before_import
 
@@ -37,6 +39,11 @@ WARN_EXPOSED = ("estimator-mnist: warning: serving on {host}:{port}, not on loop
 
 
 def check_model_path(path: str) -> None:
+    """One line (exit 2) for a model path serve cannot read; a bucket's (gs://) existence and credentials are
+    checked (storage.check_bucket), its exports are looked for as serve polls them."""
+    if check_url(path, "serve", "--model"):  # another scheme (s3://...): refused, naming gs://
+        storage.check_bucket(path)
+        return
     if not os.path.isdir(path):
         raise UsageError(ERR_NO_MODEL.format(path=path))
     if not os.access(path, os.R_OK | os.X_OK):

@@ -18,10 +18,9 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from estimator_mnist import checkpoints
+from estimator_mnist import checkpoints, storage
 from estimator_mnist.tf_model.predict import SAVED_MODEL_FILE, export_candidates
 
 POLL_SECS = 1.0  # Serving's --file_system_poll_wait_seconds default
@@ -30,7 +29,7 @@ FIXED_VERSION = 1  # an export directory given itself, whose name is no number
 
 
 def version_of(export_dir: str) -> int:
-    name = Path(export_dir).name
+    name = storage.basename(export_dir)
     return int(name) if name.isdigit() else FIXED_VERSION
 
 
@@ -44,10 +43,12 @@ def newest_export(model_path: str) -> Optional[Tuple[int, str]]:
 def evaluation_of(export_dir: str) -> dict:
     """The global step and test accuracy of the evaluation that wrote this export (eval_results.jsonl of its
     model_dir, <model_dir>/export/<name>/<version>), or {} if none is recorded (yet)."""
-    model_dir = Path(export_dir).parent.parent.parent
-    wanted = os.path.realpath(export_dir)
-    for record in reversed(checkpoints.read_eval_results(str(model_dir))):
-        if record.get("export") and os.path.realpath(record["export"]) == wanted:
+    # A bucket's URL names one object prefix (Path and realpath would mangle it); a local path may be a link.
+    same = (lambda path: path == export_dir) if storage.is_bucket(export_dir) else \
+        (lambda path, wanted=os.path.realpath(export_dir): os.path.realpath(path) == wanted)
+    model_dir = storage.parent(storage.parent(storage.parent(export_dir.rstrip("/"))))
+    for record in reversed(checkpoints.read_eval_results(model_dir)):
+        if record.get("export") and same(record["export"]):
             return {"global_step": record.get("global_step"), "accuracy": record.get("accuracy")}
     return {}
 
@@ -102,7 +103,7 @@ class Versions:
     @property
     def fixed(self) -> bool:
         """An export directory itself: there is nothing newer to poll for."""
-        return (Path(self._path) / SAVED_MODEL_FILE).is_file()
+        return storage.isfile(storage.join(self._path, SAVED_MODEL_FILE))
 
     def poll(self) -> None:
         """Loads the newest export if it is newer than the served one and has not failed to load before."""
