@@ -18,6 +18,7 @@ from dataclasses import replace
 import tensorflow as tf
 
 from estimator_mnist import checkpoints, storage
+from estimator_mnist.tf_task.bucket_errors import bucket_failure
 from estimator_mnist.tf_task.checkpoint_repair import fall_back_to_intact
 from estimator_mnist.config import PS_STRATEGIES, Config, TaskId
 from estimator_mnist.tf_task.data import VALIDATION_SPLIT, input_fn
@@ -234,7 +235,8 @@ def run_task(spec: TaskSpec, priority: str = "unchanged", ready_fd=None) -> int:
     preemption.install()
     bound_session_recreation(config.training.session_creation_timeout_secs)
     bound_close_after_an_error(config.training.teardown_timeout_secs, TRANSIENT_ERRORS,
-                               lambda exc: exit_now(f"error: {lost_cluster(plan, exc)}", RETRYABLE_EXIT_CODE))
+                               lambda exc: exit_now(f"error: {bucket_failure(str(task), exc) or lost_cluster(plan, exc)}",
+                                                    RETRYABLE_EXIT_CODE))
     try:
         strategy = build_train_strategy(config, plan)
         log(setup_log_line(config, plan, strategy, priority))
@@ -252,8 +254,11 @@ def run_task(spec: TaskSpec, priority: str = "unchanged", ready_fd=None) -> int:
                 run_ps(config, plan, estimator)
             else:
                 run_trainer(config, plan, estimator, train_spec, eval_spec, preemption)
-    except TRANSIENT_ERRORS as exc:
-        raise lost_cluster(plan, exc) from None
+    except (*TRANSIENT_ERRORS, tf.errors.PermissionDeniedError, tf.errors.UnauthenticatedError) as exc:
+        named = bucket_failure(str(task), exc)  # TF's gs:// gave up or was refused: the storage, not a peer
+        if named is None and not isinstance(exc, TRANSIENT_ERRORS):
+            raise
+        raise named or lost_cluster(plan, exc) from None
     except tf.errors.UnknownError as exc:
         if SERVER_NOT_STARTED not in exc.message:
             raise

@@ -242,3 +242,41 @@ def test_serve_answers_from_the_bucket_and_picks_up_a_newer_export(bucket_run, g
         assert again.ok and [int(p["class_ids"]) for p in again.json()["predictions"]] == classes[:5]
     finally:
         assert server.stop() in (0, 130), "".join(server.lines)
+
+
+def test_no_credentials_is_one_line_exit_2_before_any_task(gcs_server, tmp_path):
+    """Without the emulator's variable the client looks for Google's default credentials: none here (no key
+    file, no gcloud login; NO_GCE_CHECK=true keeps google-auth off the metadata server)."""
+    bucket = gcs_server.create_bucket()
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(f"cluster: {{chief: ['localhost:{free_ports(1)[0]}']}}\nrun_dir: {tmp_path / 'run'}\n"
+                       f"model_dir: gs://{bucket}/run\n")
+    env = {k: v for k, v in {**os.environ, **gcs_server.env()}.items()
+           if k not in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS")}
+    env["CLOUDSDK_CONFIG"] = str(tmp_path / "gcloud")
+    proc = subprocess.run([sys.executable, "-m", "estimator_mnist", "launch", "--cluster", str(cluster)],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "no Google Cloud credentials were found" in lines[0], \
+        proc.stderr
+    assert not (tmp_path / "run" / "logs").exists() and gcs_server.proxy.refused == []
+
+
+def test_an_object_the_storage_refuses_tensorflow_is_one_line_exit_1(gcs_server, mnist_data_dir, tmp_path):
+    """A denied object met by TensorFlow's own gs:// (the first checkpoint's save) ends the task with one line
+    naming it, exit 1: a restart would not cure it."""
+    bucket = gcs_server.create_bucket()
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("cluster: {chief: ['localhost:2222']}\ntraining: {max_steps: 20, save_checkpoints_steps: 10}\n"
+                       f"data_dir: {mnist_data_dir}\n")
+    fault = gcs_server.proxy.inject(403, times=1000, name="model.ckpt")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "estimator_mnist", "train", "--cluster", str(cluster),
+                               "--model-dir", f"gs://{bucket}/run", "--run-dir", str(tmp_path / "run")],
+                              capture_output=True, text=True, env={**os.environ, **gcs_server.env()}, cwd=REPO,
+                              timeout=300)
+    finally:
+        gcs_server.proxy.reset()
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert proc.returncode == 1 and fault.hits >= 1, proc.stderr[-3000:]
+    assert len(errors) == 1 and f"gs://{bucket}/run/model.ckpt" in errors[0] and "refused" in errors[0], errors
