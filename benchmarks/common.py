@@ -108,7 +108,8 @@ def wait_all(processes: List[subprocess.Popen], timeout: Optional[float]) -> flo
 
 
 def run_launch(workdir: Path, prefix: str, cluster_file, overrides: Sequence[str] = (), shape: Optional[Shape] = None,
-               data_dir: Optional[str] = None, timeout: Optional[float] = None, attempts: int = 3) -> Launch:
+               data_dir: Optional[str] = None, timeout: Optional[float] = None, attempts: int = 3,
+               env: Optional[dict] = None) -> Launch:
     """Runs `estimator-mnist launch --quiet` to its end, in a new run directory under `workdir`.
 
     With `shape`, the cluster gets fresh loopback ports, chosen again when
@@ -119,7 +120,7 @@ def run_launch(workdir: Path, prefix: str, cluster_file, overrides: Sequence[str
         output = run_dir / "launch.out"
         command = launch_command(cluster_file, run_dir, [*(shape.overrides() if shape else []), *overrides], data_dir)
         launched = time.time()
-        process = start(command, output)
+        process = start(command, output, env=env)
         exited = wait_all([process], timeout)
         result = Launch(run_dir, launched, exited, process.returncode, output.read_text(errors="replace"))
         if shape and result.returncode == USAGE_EXIT_CODE and "already in use" in result.output:

@@ -27,13 +27,15 @@ def _setns(fd: int) -> None:
 class NamespaceListener:
     """The proxy, also listening on 127.0.0.1 inside network namespace `namespace` (as `ip netns` names it)."""
 
-    def __init__(self, proxy, namespace: str):
+    def __init__(self, proxy, namespace: str, port: int = 0):
+        """`port`: 0 for any; a number to listen on the same port in several namespaces (Slurm's nodes, whose
+        jobs all get the submitting environment)."""
         own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
         target = os.open(f"/var/run/netns/{namespace}", os.O_RDONLY)
         try:
             _setns(target)
             try:
-                self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+                self.server = ThreadingHTTPServer(("127.0.0.1", port), _Handler)
             finally:
                 _setns(own)  # this thread, and every thread it starts, back in the machine's namespace
         finally:

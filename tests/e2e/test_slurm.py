@@ -169,3 +169,45 @@ def test_a_plain_scancel_is_final_the_job_stays_cancelled_and_the_summary_says_s
     assert summary["status"].startswith("cancelled (scancel) at step") and summary["slurm"]["cancelled"], summary
     assert set(summary["tasks"].values()) == {"cancelled (SIGTERM), exit 200"}, summary
     assert not slurm.processes_left(str(tmp_path))
+
+
+def test_a_job_whose_nodes_share_only_a_bucket_trains_evaluates_and_exports_there(slurm, tmp_path, mnist_data_dir,
+                                                                                  gcs_server, monkeypatch):
+    """model_dir on a bucket (the real GCS API server, through the tests' proxy listening inside each node's
+    network namespace on one port, as every job gets the submitting environment): checkpoints, evaluations,
+    the export and the tasks' port records all in the bucket."""
+    from tests.gcs_netns import NamespaceListener  # pylint: disable=import-outside-toplevel
+    from tests.ports import free_loopback_ports  # pylint: disable=import-outside-toplevel
+
+    port = free_loopback_ports(1)[0]  # any number: each node's namespace has its own ports
+    listeners = [NamespaceListener(gcs_server.proxy, slurm.hosts.ns[host], port) for host in ("a", "b")]
+    try:
+        bucket = gcs_server.create_bucket()
+        model_dir = f"gs://{bucket}/run"
+        yaml_file = tmp_path / "job.yaml"
+        yaml_file.write_text(JOB_YAML.format(steps=30, save=10, delay=0))
+        script = subprocess.run([sys.executable, "-m", "estimator_mnist", "slurm", "--cluster", str(yaml_file),
+                                 "--nodes", "2", "--job-name", "em-bucket", "--data-dir", mnist_data_dir,
+                                 "--model-dir", model_dir, "--run-dir", str(tmp_path / "run"), "--",
+                                 f"--output={tmp_path / 'job.out'}"], capture_output=True, text=True, cwd=REPO,
+                                env={**os.environ, **gcs_server.env()})  # its preflight, from this machine
+        assert script.returncode == 0, script.stderr
+        (tmp_path / "job.sh").write_text(script.stdout)
+        for key, value in listeners[0].env(gcs_server.env()).items():
+            monkeypatch.setenv(key, value)  # the job's environment: sbatch exports the submitter's
+        result = slurm.run(["sbatch", "--parsable", "--wait", str(tmp_path / "job.sh")], check=False,
+                           timeout=WAIT_SECS, cwd=tmp_path)
+        job_id = result.stdout.strip().split(";")[0]
+        assert result.returncode == 0, f"{result.stderr}\n{job_output(slurm, tmp_path)}"
+        assert slurm.job(job_id)["JobState"] == "COMPLETED"
+        for key, value in gcs_server.env().items():
+            monkeypatch.setenv(key, value)  # this process reads the bucket from the machine's namespace
+        evaluations = read_eval_results(model_dir)
+        assert evaluations and evaluations[-1]["final"] and evaluations[-1]["global_step"] >= 30
+        assert evaluations[-1]["export"].startswith(model_dir + "/export/latest/")
+        names = gcs_server.objects(bucket)
+        assert "run/model.ckpt-30.index" in names and any(n.startswith(f"run/slurm/{job_id}/") for n in names)
+        assert not list(tmp_path.glob("**/gs:*")) and gcs_server.proxy.refused == []
+    finally:
+        for listener in listeners:
+            listener.close()
