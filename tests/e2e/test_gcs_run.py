@@ -29,21 +29,13 @@ from estimator_mnist.progress import read_progress
 from tests.e2e.simulated_hosts import require_namespaces
 from tests.e2e.simulated_pods import SimulatedPods
 from tests.gcs_netns import NamespaceListener
-from tests.helpers import REPO, free_ports, launch_cluster
+from tests.helpers import CLUSTER_YAML, REPO, free_ports, launch_cluster
 
-GCS_YAML = """
-cluster:
-  chief: ["localhost:{p0}"]
-  worker: ["localhost:{p1}"]
-  evaluator: localhost
-strategy: {{name: multi_worker_mirrored, communication: ring, collective_timeout_secs: 300}}
-training: {{batch_size_per_replica: 64, max_steps: {steps}, save_checkpoints_steps: {save}, log_step_count_steps: 10}}
-evaluation: {{throttle_secs: 0, start_delay_secs: 0}}
-launcher: {{grace_secs: 5, stall_timeout_secs: 300}}
-run_dir: {run_dir}
-data_dir: {data_dir}
-model_dir: {model_dir}
-"""
+# The suite's cluster (tests/helpers.py) as a chief, a worker and an evaluator, with model_dir in the bucket.
+TWO_WORKERS = 'worker: ["localhost:{p0}", "localhost:{p1}"]'
+assert TWO_WORKERS in CLUSTER_YAML
+GCS_YAML = CLUSTER_YAML.replace(TWO_WORKERS, 'chief: ["localhost:{p0}"]\n  worker: ["localhost:{p1}"]') \
+    + "model_dir: {model_dir}\n"
 STEPS, SAVE = 40, 20
 POD_YAML = """
 strategy: {{name: multi_worker_mirrored, communication: ring, collective_timeout_secs: 300}}
