@@ -10,10 +10,9 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from http.server import ThreadingHTTPServer
 from typing import Dict
 
-from tests.gcs_proxy import _Handler  # pylint: disable=protected-access
+from tests.gcs_proxy import QuietServer, _Handler  # pylint: disable=protected-access
 
 CLONE_NEWNET = 0x40000000
 
@@ -35,7 +34,7 @@ class NamespaceListener:
         try:
             _setns(target)
             try:
-                self.server = ThreadingHTTPServer(("127.0.0.1", port), _Handler)
+                self.server = QuietServer(("127.0.0.1", port), _Handler)
             finally:
                 _setns(own)  # this thread, and every thread it starts, back in the machine's namespace
         finally:

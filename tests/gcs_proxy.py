@@ -3,13 +3,11 @@ library, TLS from a throwaway CA (tests/gcs_certs.py). Nothing leaves the machin
 emulator on loopback, and refuses (403) every other target.
 
 One port serves three forms of request:
-- CONNECT www.googleapis.com:443 (and storage., oauth2.): TensorFlow's libcurl through https_proxy; the proxy
-  presents its leaf certificate, terminates TLS and forwards the requests inside the tunnel;
+- CONNECT www.googleapis.com:443 (and storage., oauth2.): TensorFlow's libcurl through https_proxy; TLS ends here;
 - `GET http://host/...` (absolute form): anything sent through http_proxy to one of those names;
 - `GET /storage/v1/...` (origin form): google-cloud-storage with STORAGE_EMULATOR_HOST pointing here, and the
   resumable-upload URLs the emulator hands out (its -external-url is this port).
-So every request of both clients passes here, where faults are injected (GcsProxy.inject, GcsProxy.stall) and
-requests are recorded (GcsProxy.seen, GcsProxy.count, GcsProxy.connect_targets, GcsProxy.refused).
+Every request of both clients passes here: faults are injected (inject, stall) and requests recorded (seen, count).
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
+import sys
 import threading
 import urllib.parse
 from dataclasses import dataclass
@@ -32,8 +31,8 @@ DROPPED_HEADERS = {"connection", "keep-alive", "proxy-connection", "proxy-author
                    "transfer-encoding", "upgrade", "expect", "content-length"}
 UPSTREAM_TIMEOUT_SECS = 60  # the emulator answers on loopback in milliseconds; a hung one fails the request
 # What real GCS answers for each injected status (reason codes from its JSON API's error format).
-REASONS = {401: "authError", 403: "forbidden", 404: "notFound", 429: "rateLimitExceeded",
-           500: "backendError", 502: "badGateway", 503: "backendError"}
+REASONS = {401: "authError", 403: "forbidden", 404: "notFound", 429: "rateLimitExceeded", 500: "backendError",
+           502: "badGateway", 503: "backendError"}
 
 
 @dataclass(frozen=True)
@@ -62,6 +61,12 @@ class Fault:
             self.name is None or request.names(self.name))
 
 
+class QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):  # a client that left (a stall given up): no traceback
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
 class GcsProxy:
     """The proxy's state: the listening server, the faults armed, the requests seen. Thread safe."""
 
@@ -75,7 +80,7 @@ class GcsProxy:
         self.upstream: Optional[Tuple[str, int]] = None  # the emulator, set once it is started
         self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.tls.load_cert_chain(certificate_file, key_file)
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.server = QuietServer(("127.0.0.1", 0), _Handler)
         self.server.daemon_threads = True
         self.server.proxy = self
         self.port = self.server.server_address[1]
@@ -93,15 +98,13 @@ class GcsProxy:
         self.server.shutdown()
         self.server.server_close()
 
-    # Fault injection -------------------------------------------------------------------------------------------
     def inject(self, status: int, times: int = 1, method: Optional[str] = None, name: Optional[str] = None) -> Fault:
         """The next `times` requests matching `method` (GET, POST, PUT, DELETE...; None: any) and `name` (a
         substring of the object name; None: any) are answered `status` (503, 429, 403 for a denied object...)
         with GCS's JSON error body, without reaching the emulator. Returns the Fault; its `hits` counts them."""
         return self._arm(Fault(times=times, status=status, method=method, name=name))
 
-    def stall(self, seconds: float, times: int = 1, method: Optional[str] = None,
-              name: Optional[str] = None) -> Fault:
+    def stall(self, seconds: float, times: int = 1, method: Optional[str] = None, name: Optional[str] = None) -> Fault:
         """The next `times` matching requests get no answer for `seconds`, then their connection is closed."""
         return self._arm(Fault(times=times, stall_secs=seconds, method=method, name=name))
 

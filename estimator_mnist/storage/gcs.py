@@ -139,9 +139,14 @@ class GcsStore:
             if self.write_if_version(path, (old or b"") + data, version) is not None:
                 return
 
-    def _list(self, path: str, delimiter: Optional[str]):
+    @staticmethod
+    def _prefix(path: str) -> Tuple[str, str]:
+        """(bucket, the prefix of every object below `path` as a directory)."""
         bucket, name = split(path)
-        prefix = f"{name.rstrip('/')}/" if name.rstrip("/") else ""
+        return bucket, f"{name.rstrip('/')}/" if name.rstrip("/") else ""
+
+    def _list(self, path: str, delimiter: Optional[str]):
+        bucket, prefix = self._prefix(path)
         with mapped(path):
             pages = client().list_blobs(bucket, prefix=prefix, delimiter=delimiter, timeout=REQUEST_SECS,
                                         retry=_retry())
@@ -156,10 +161,9 @@ class GcsStore:
             return split(path)[1] != "" and self._blob(path).exists(timeout=REQUEST_SECS, retry=_retry())
 
     def isdir(self, path: str) -> bool:
-        bucket, name = split(path)
+        bucket, prefix = self._prefix(path)
         with mapped(path):
-            pages = client().list_blobs(bucket, prefix=f"{name.rstrip('/')}/" if name.rstrip("/") else "", max_results=1,
-                                        timeout=REQUEST_SECS, retry=_retry())
+            pages = client().list_blobs(bucket, prefix=prefix, max_results=1, timeout=REQUEST_SECS, retry=_retry())
             return any(True for _ in pages)
 
     def listdir(self, path: str) -> List[str]:
