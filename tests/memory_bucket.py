@@ -74,7 +74,8 @@ class MemoryBucketStore:
 
     def listdir(self, path: str) -> List[str]:
         prefix = path.rstrip("/") + "/"
-        return sorted({url[len(prefix):].split("/")[0] for url in self.objects if url.startswith(prefix)})
+        names = {url[len(prefix):].split("/")[0] for url in self.objects if url.startswith(prefix)}
+        return sorted(name for name in names if name)  # a directory's own marker object ("…/") is no entry
 
     def exists(self, path: str) -> bool:
         return self.isfile(path) or self.isdir(path)

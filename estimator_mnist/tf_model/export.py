@@ -68,6 +68,9 @@ def publish(temporary: str, export_dir: str) -> None:
         return
     for name in sorted(storage.listdir(temporary), key=lambda n: n == SAVED_MODEL_FILE):
         storage.move(storage.join(temporary, name), storage.join(export_dir, name))
+    # Left: the temporary directory's own marker object, which TF's gs:// makes for each directory and no listing
+    # of it names; the export base listed a temp-<ts> for each export (a fresh clone's run, 2026-11-28).
+    storage.rmtree(temporary)
 
 
 def write_saved_model(export_base: str, build: Callable[[], dict], restore: Callable[[tf.compat.v1.Session], None],

@@ -77,6 +77,7 @@ def test_launch_trains_evaluates_and_exports_into_the_bucket(bucket_run):
     assert f"runs/mnist/model.ckpt-{STEPS}.index" in names and "runs/mnist/checkpoint" in names
     assert any(re.fullmatch(r"runs/mnist/events\.out\.tfevents\..*", n) for n in names)
     assert any(re.fullmatch(r"runs/mnist/export/latest/\d+/saved_model\.pb", n) for n in names)
+    assert not any("/export/latest/temp-" in n for n in names), names  # no temporary export left behind
     assert {"runs/mnist/eval_results.jsonl", "runs/mnist/progress/chief-0.json",
             "runs/mnist/progress/worker-0.json"} <= set(names)
     assert bucket_run["faults"] == [3, 3]  # both clients met their 503s and went on

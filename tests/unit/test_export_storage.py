@@ -10,7 +10,9 @@ BASE = "gs://bucket/model/export/latest"
 
 
 def _written(directory):
-    for name in ("variables/variables.index", "variables/variables.data-00000-of-00001", "saved_model.pb"):
+    # With the directories' marker objects TensorFlow's gs:// writes ("…/", "…/variables/").
+    for name in ("", "variables/", "variables/variables.index", "variables/variables.data-00000-of-00001",
+                 "saved_model.pb"):
         storage.write_atomic(f"{directory}/{name}", name.encode())
 
 
