@@ -69,7 +69,7 @@ def publish(temporary: str, export_dir: str) -> None:
     for name in sorted(storage.listdir(temporary), key=lambda n: n == SAVED_MODEL_FILE):
         storage.move(storage.join(temporary, name), storage.join(export_dir, name))
     # Left: the temporary directory's own marker object, which TF's gs:// makes for each directory and no listing
-    # of it names; the export base listed a temp-<ts> for each export (a fresh clone's run, 2026-11-28).
+    # of it names; the export base listed a temp-<ts> for each export (tests/unit/test_export_storage.py).
     storage.rmtree(temporary)
 
 
