@@ -54,8 +54,11 @@ def test_a_truncated_newest_checkpoint_resumes_from_the_previous_one(tmp_path, m
         log = Path(summary["tasks"][task]["log"]).read_text(errors="replace")
         assert f"Restoring parameters from {previous}\n" in log, log[-3000:]
     logs = "".join(Path(summary["tasks"][t]["log"]).read_text(errors="replace") for t in summary["tasks"])
-    [line] = [line for line in logs.splitlines() if "is damaged" in line]  # named once, by the first task
+    # Repaired once, by the writer (worker 0 here); the other worker, should it look first, says it waits for that.
+    [line] = [line for line in logs.splitlines() if "is damaged (" in line]
     assert f"checkpoint {newest} is damaged (" in line and f"training resumes from {previous}" in line
+    assert all("this task is not the writer" in waiting for waiting in logs.splitlines()
+               if "is damaged" in waiting and waiting != line)
     kept = model_dir / "damaged"
     assert (kept / data.name).stat().st_size == truncated  # kept aside as it was, for a look
     assert json.loads((model_dir / "eval_results.jsonl").read_text().splitlines()[-1])["global_step"] == 120
