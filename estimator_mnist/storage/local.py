@@ -79,7 +79,8 @@ class LocalStore:
         os.remove(path)
 
     def rmtree(self, path: str) -> None:
-        shutil.rmtree(path, ignore_errors=False) if os.path.isdir(path) else None
+        if os.path.isdir(path):  # nothing there is nothing to remove, as on a bucket
+            shutil.rmtree(path)
 
     def makedirs(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
