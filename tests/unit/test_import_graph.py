@@ -10,7 +10,7 @@ PACKAGE = "estimator_mnist"
 SUPERVISE = "estimator_mnist.supervise"
 # The layers, lowest first (docs/development.md, "Layout"): a module imports only from its own layer and below.
 LAYERS = (
-    ("shared by every layer", ("estimator_mnist", "estimator_mnist.errors", "estimator_mnist.files",
+    ("shared by every layer", ("estimator_mnist", "estimator_mnist.errors", "estimator_mnist.model_files",
                                "estimator_mnist.tasklog", "estimator_mnist.startup_noise",
                                "estimator_mnist.checkpoints", "estimator_mnist.progress",
                                "estimator_mnist.preemption_mark", "estimator_mnist.storage")),
@@ -18,6 +18,7 @@ LAYERS = (
     # A sweep's plan and records are data the ensemble reads; its trials and scheduler run processes (below).
     ("task plans, the data, a sweep's plan and records", (
         "estimator_mnist.plan", "estimator_mnist.mnist_data", "estimator_mnist.sweep.records",
+        "estimator_mnist.sweep.layout",
         "estimator_mnist.sweep.devices", "estimator_mnist.sweep.space", "estimator_mnist.sweep.stopping",
         "estimator_mnist.sweep.table")),
     ("with a trained model", ("estimator_mnist.tf_model",)),
