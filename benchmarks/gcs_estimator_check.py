@@ -3,8 +3,8 @@ itself): TensorFlow's Estimator trains 5 steps, evaluates, exports and resumes o
 (tests/gcs_server.py), then TF's own GCS retries are timed under 503s injected by the proxy, at TF's default
 retry settings (1 s first delay, doubling to 32 s, plus up to 1 s of jitter, 10 retries: gcs_file_system.cc).
 
-    python -m tests.gcs_estimator_check              # about a minute
-    python -m tests.gcs_estimator_check --exhaust    # also a read that never succeeds: about 3.5 minutes more
+    .venv/bin/python benchmarks/gcs_estimator_check.py              # about a minute
+    .venv/bin/python benchmarks/gcs_estimator_check.py --exhaust    # also a read that never succeeds: ~3.5 min more
 """
 
 from __future__ import annotations
@@ -16,29 +16,22 @@ import sys
 import time
 from pathlib import Path
 
-from tests.gcs_server import GcsServer
+from common import REPO
+from cpu_facts import cpu_kind, cpu_model
+from tests.gcs_server import GcsServer  # noqa: E402  (common.py put the repository on the path)
 
-REPO = Path(__file__).resolve().parent.parent
-PROBE = "tests.gcs_estimator_probe"
+PROBE = Path(__file__).resolve().parent / "gcs_estimator_probe.py"
 PROBE_TIMEOUT_SECS = 600
-
-
-def cpu_kind() -> str:
-    fields = {}
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-    return f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')} model {fields.get('model', '?')})"
 
 
 def run_probe(gcs: GcsServer, *args: str) -> dict:
     env = {**os.environ, **gcs.env(), "TF_CPP_MIN_LOG_LEVEL": "2"}
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", PROBE, *args], cwd=REPO, env=env, capture_output=True, text=True,
+    result = subprocess.run([sys.executable, str(PROBE), *args], cwd=REPO, env=env, capture_output=True, text=True,
                             timeout=PROBE_TIMEOUT_SECS)
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     if not lines:
-        raise SystemExit(f"{PROBE} {' '.join(args)} failed ({result.returncode}): {result.stderr[-3000:]}")
+        raise SystemExit(f"{PROBE.name} {' '.join(args)} failed ({result.returncode}): {result.stderr[-3000:]}")
     outcome = json.loads(lines[0][len("RESULT "):])
     outcome["process_secs"] = round(time.monotonic() - started, 2)
     return outcome
@@ -55,7 +48,7 @@ def retry_case(gcs: GcsServer, bucket: str, label: str, mode: str, name: str, **
 
 
 def main() -> int:
-    print(f"CPU: {cpu_kind()}")
+    print(f"CPU: {cpu_model()} ({cpu_kind()})")
     with GcsServer() as gcs:
         bucket = gcs.create_bucket()
         outcome = run_probe(gcs, "estimator", f"gs://{bucket}/model")

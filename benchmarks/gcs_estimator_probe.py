@@ -1,9 +1,9 @@
-"""The TensorFlow side of tests/gcs_estimator_check.py, in a process of its own (TF reads its GCS settings at the
-first gs:// use):
+"""The TensorFlow side of benchmarks/gcs_estimator_check.py, in a process of its own (TF reads its GCS settings at
+the first gs:// use):
 
-    python -m tests.gcs_estimator_probe estimator gs://BUCKET/model   # 5 steps, evaluate, export, resume to 10
-    python -m tests.gcs_estimator_probe read gs://BUCKET/OBJECT        # one read, timed (retries under 503s)
-    python -m tests.gcs_estimator_probe write gs://BUCKET/OBJECT       # one small write, timed
+    python benchmarks/gcs_estimator_probe.py estimator gs://BUCKET/model   # 5 steps, evaluate, export, resume to 10
+    python benchmarks/gcs_estimator_probe.py read gs://BUCKET/OBJECT        # one read, timed (retries under 503s)
+    python benchmarks/gcs_estimator_probe.py write gs://BUCKET/OBJECT       # one small write, timed
 
 Each prints RESULT {json}: what happened and how long each phase took (seconds)."""
 
