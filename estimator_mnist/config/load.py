@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from estimator_mnist.errors import UsageError
+from estimator_mnist.model_files.layout import default_model_dir
 from estimator_mnist.storage.urls import check_url
 from estimator_mnist.config.cluster import parse_cluster
 from estimator_mnist.config.overrides import apply_overrides
@@ -69,7 +70,7 @@ def config_from_dict(data, source: str, label: Optional[str] = None) -> Config:
     check_checkpoints(file, sections["training"], cluster)
     stem = Path(source).stem if source else "run"
     run_dir = _resolve_path(data.get("run_dir"), file, "run_dir", os.path.join("runs", stem))
-    model_dir = _resolve_path(data.get("model_dir"), file, "model_dir", os.path.join(run_dir, "model"))
+    model_dir = _resolve_path(data.get("model_dir"), file, "model_dir", default_model_dir(run_dir))
     data_dir = _resolve_path(data.get("data_dir"), file, "data_dir", default_data_dir())
     config = Config(source=source, cluster=cluster, strategy=strategy, tasks=tasks, run_dir=run_dir,
                     model_dir=model_dir, data_dir=data_dir, **sections)

@@ -17,7 +17,8 @@ named once. No TensorFlow; on a disk and on a bucket alike (storage.join names b
       progress/<type>-<index>.json        progress records, when model_dir is where they go    progress_file
       tmp_<type>_<index>/                 a non-chief's summaries TensorFlow writes (removed)  summary_copy_dir
 
-A run_dir's model_dir is <run_dir>/model unless the YAML names one (default_model_dir). Progress records go to
+A run_dir's model_dir is <run_dir>/model unless the YAML names one (default_model_dir); its run_summary.json
+names it (RUN_SUMMARY_FILE, written by supervise/launch/report.py). Progress records go to
 Config.records_dir: run_dir, or model_dir when that is a bucket; the names below it are the same. TensorBoard's events files are TensorFlow's own and not named here.
 
 Changing a name here changes where a new run looks: a model_dir written before would no longer resume.
@@ -46,10 +47,15 @@ DAMAGED_DIR = "damaged"
 PROGRESS_DIR = "progress"
 SUMMARY_COPY = "tmp_{type}_{index}"
 DEFAULT_MODEL_DIR = "model"  # a run_dir's model_dir when the YAML names none
+RUN_SUMMARY_FILE = "run_summary.json"  # a run_dir's: where `predict` and `summary` find its model_dir
 
 
 def default_model_dir(run_dir: str) -> str:
-    return os.path.join(run_dir, DEFAULT_MODEL_DIR)  # run_dir is local (config/load.py)
+    return storage.join(run_dir, DEFAULT_MODEL_DIR)
+
+
+def run_summary_file(run_dir: str) -> str:
+    return storage.join(run_dir, RUN_SUMMARY_FILE)
 
 
 def entry(model_dir: str, name: str) -> str:
@@ -82,6 +88,11 @@ def export_base(model_dir: str, name: str) -> str:
 def export_dir(base: str, stamp: int) -> str:
     """The export of timestamp `stamp` under an export base (Serving loads the numerically greatest)."""
     return storage.join(base, str(stamp))
+
+
+def model_dir_of_export(export: str) -> str:
+    """<model_dir> of <model_dir>/export/<name>/<timestamp>."""
+    return storage.parent(storage.parent(storage.parent(export.rstrip("/"))))
 
 
 def temporary_export(base: str, stamp: int) -> str:

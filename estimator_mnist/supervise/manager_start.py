@@ -8,6 +8,7 @@ from typing import Mapping
 
 from estimator_mnist import checkpoints
 from estimator_mnist.errors import PermanentFailure
+from estimator_mnist.model_files.layout import budget_file
 from estimator_mnist.plan.resolved_task import ResolvedTask
 from estimator_mnist.supervise.restart_budget import budget_line, check_start, job_of
 
@@ -29,5 +30,5 @@ def start_allowed(resolved: ResolvedTask, environ: Mapping[str, str]) -> bool:
         return False
     if incident is not None:
         print(f"estimator-mnist: {budget_line(incident, job.key, config.restart.max_restarts)}; the record: "
-              f"{config.model_dir}/restart_budget.json", file=sys.stderr, flush=True)
+              f"{budget_file(config.model_dir)}", file=sys.stderr, flush=True)
     return True

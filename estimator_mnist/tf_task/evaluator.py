@@ -17,6 +17,7 @@ import time
 import tensorflow as tf
 
 from estimator_mnist import checkpoints, storage
+from estimator_mnist.model_files import layout
 from estimator_mnist.config import Config
 from estimator_mnist.tf_model.export import export_checkpoint, keep_newest
 from estimator_mnist.tf_task.hooks import log
@@ -121,7 +122,7 @@ def exporter(config: Config, validation_input_fn=None) -> tf.estimator.Exporter:
     """The exporter of every evaluation; `validation_input_fn` scores the validation split too (when there is one)."""
     evaluation = config.evaluation
     return SavedModelExporter(evaluation.export, config.model,
-                              storage.join(config.model_dir, checkpoints.EVAL_RESULTS_FILE),
+                              layout.eval_results_file(config.model_dir),
                               evaluation.exports_to_keep, best_only=evaluation.export == "best",
                               validation_input_fn=validation_input_fn)
 
@@ -148,7 +149,7 @@ def evaluate_checkpoints(estimator: tf.estimator.Estimator, eval_spec: tf.estima
             result = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps, checkpoint_path=path,
                                         hooks=eval_spec.hooks)
             for export in eval_spec.exporters:
-                export.export(estimator, storage.join(estimator.model_dir, "export", export.name), path, result, final)
+                export.export(estimator, layout.export_base(estimator.model_dir, export.name), path, result, final)
             evaluated = path
             if final:
                 return result

@@ -33,6 +33,7 @@ import time
 import tensorflow as tf
 
 from estimator_mnist import storage
+from estimator_mnist.model_files.layout import summary_copy_dir
 
 READY_POLL_SECS = 1.0
 
@@ -271,18 +272,15 @@ class ReleaseSyncTokensHook(tf.compat.v1.train.SessionRunHook):
 
 def remove_collective_scratch(model_dir: str, task) -> None:
     """TF 2.15: a non-chief MultiWorkerMirrored worker writes a copy of every checkpoint and summary to
-    <model_dir>/tmp_<type>_<index>.
-
-    MonitoredTrainingSession makes them run the save and summary ops so that
-    collective ops stay in step, and writes the output there. TensorBoard showed
-    it as a second, partial run beside the real one, and the copies took as
-    much disk as the checkpoints (96 MB in the default run). The worker removes
-    it once training has ended. Pinned by
+    <model_dir>/tmp_<type>_<index> (layout.summary_copy_dir). MonitoredTrainingSession makes them run the save
+    and summary ops so that collective ops stay in step, and writes the output there. TensorBoard showed it as a
+    second, partial run beside the real one, and the copies took as much disk as the checkpoints (96 MB in the
+    default run). The worker removes it once training has ended. Pinned by
     tests/e2e/test_two_workers_run.py::test_tensorboard_shows_one_training_run_with_images_per_sec_and_the_evaluations.
     """
     tf.compat.v1.summary.FileWriterCache.clear()  # closes the writers, which would re-create their files
     with contextlib.suppress(OSError):  # housekeeping: a copy left behind costs space, not correctness
-        storage.rmtree(storage.join(model_dir, f"tmp_{task.type}_{task.index}"))
+        storage.rmtree(summary_copy_dir(model_dir, task))
 
 
 @contextlib.contextmanager

@@ -34,13 +34,13 @@ PENDING = {
     "estimator_mnist.checkpoints", "estimator_mnist.preemption_mark", "estimator_mnist.progress",
     "estimator_mnist.plan.slurm_records", "estimator_mnist.supervise.restart_record",
     "estimator_mnist.tf_task.checkpoint_state", "estimator_mnist.tf_task.checkpoint_repair",
-    "estimator_mnist.tf_task.evaluator", "estimator_mnist.tf_task.disk_full", "estimator_mnist.tf_task.tf_workarounds",
+    "estimator_mnist.tf_task.disk_full",
     "estimator_mnist.tf_model.export", "estimator_mnist.tf_model.bucket_exports", "estimator_mnist.tf_model.predict",
     "estimator_mnist.tf_model.serve.versions", "estimator_mnist.tf_model.ensemble_plan",
     "estimator_mnist.supervise.run_summary", "estimator_mnist.sweep.records", "estimator_mnist.sweep.shared",
     "estimator_mnist.sweep.trials", "estimator_mnist.sweep.run", "estimator_mnist.sweep.scheduler",
-    "estimator_mnist.sweep.array_task", "estimator_mnist.config.load", "estimator_mnist.supervise.manager_start",
-    "estimator_mnist.slurm.sweep_script", "estimator_mnist.tf_task.step_trace",
+    "estimator_mnist.sweep.array_task",
+    "estimator_mnist.slurm.sweep_script",
 }
 
 

@@ -10,11 +10,11 @@ from typing import Optional, Tuple
 
 from estimator_mnist import checkpoints
 from estimator_mnist.config import Config
+from estimator_mnist.model_files.layout import RUN_SUMMARY_FILE as SUMMARY_FILE
 from estimator_mnist.storage import write_json
 from estimator_mnist.supervise.launch.monitor import Monitor
 from estimator_mnist.supervise.process_group import describe_exit
 
-SUMMARY_FILE = "run_summary.json"
 PROGRESS_EVERY_SECS = 5.0  # once training runs: the step, images/s, loss, latest evaluation, time left
 WAITING_EVERY_SECS = 10.0  # before the first step and after the last: a line that something is still under way
 CLEAR_LINE = "\r\x1b[K"
