@@ -12,9 +12,13 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' TensorFlow probe lives with them
+from tests.process.gcs_tf_probe import outcome as timed  # noqa: E402  (one read or write, its error, seconds)
 
 
 def _input_fn():
@@ -67,16 +71,6 @@ def estimator_round_trip(model_dir: str) -> dict:
             "export": export.decode(), "signatures": loaded, "event_records": events,
             "checkpoints": tf.train.get_checkpoint_state(model_dir).all_model_checkpoint_paths[:],
             "timings": timings}
-
-
-def timed(step) -> dict:
-    started = time.monotonic()
-    try:
-        result = {"ok": step()}
-    except tf.errors.OpError as error:
-        result = {"error": type(error).__name__, "message": error.message[:160]}
-    result["secs"] = round(time.monotonic() - started, 2)
-    return result
 
 
 def _write(path: str) -> None:
