@@ -36,9 +36,10 @@ def pytest_xdist_make_scheduler(config, log):
 
 # The longest units first, so that none of them starts last and ends the tier alone; seconds one at a time on
 # the Zen 4 (2026-11-26): Slurm 266, cluster_run and sweep_run 116, benchmarks 96, prepare_data_killed 83,
-# preemption 82, multi_host 79, strategies_run 77. The rest (20-55 s each) follow in their usual order.
+# preemption 82, multi_host 79, strategies_run 77; model_dir_upgrade 78 (Xeon AMX, 2026-11-28, cores shared). The
+# rest (20-55 s each) follow in their usual order.
 LONGEST_FIRST = ("slurm", "test_cluster_run", "test_sweep_run", "test_benchmarks", "test_prepare_data_killed",
-                 "test_preemption", "test_multi_host", "test_strategies_run")
+                 "test_preemption", "test_multi_host", "test_model_dir_upgrade", "test_strategies_run")
 
 
 def pytest_collection_modifyitems(items):
