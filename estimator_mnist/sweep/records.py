@@ -55,7 +55,10 @@ def identity(base_data: dict, param_texts, samples: Optional[int], seed: int) ->
 def location(sweep_dir: str) -> str:
     """A --sweep-dir as the commands use it: a gs://BUCKET/PATH URL, or a local path made absolute; any other
     scheme is refused in one line naming what works (never Path() on a URL: it collapses gs:// to gs:/)."""
-    return check_url(str(sweep_dir), "estimator-mnist", "--sweep-dir") or os.path.abspath(sweep_dir)
+    url = check_url(str(sweep_dir), "estimator-mnist", "--sweep-dir")
+    if url:
+        storage.check_bucket(url)  # a bucket that does not exist, or no credentials: one line, exit 2
+    return url or os.path.abspath(sweep_dir)
 
 
 def trial_name(index: int) -> str:
