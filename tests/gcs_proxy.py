@@ -18,9 +18,10 @@ import ssl
 import sys
 import threading
 import urllib.parse
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import List, Optional, Tuple
+
+from tests.gcs_faults import PRODUCT_AGENT, TF_AGENT, Fault, SeenRequest  # noqa: F401  (the faults' API)
 
 # The names TensorFlow 2.15's gs:// file system (compiled in) and Google's clients reach.
 GOOGLE_HOSTS = ("www.googleapis.com", "storage.googleapis.com", "oauth2.googleapis.com")
@@ -33,32 +34,6 @@ UPSTREAM_TIMEOUT_SECS = 60  # the emulator answers on loopback in milliseconds; 
 # What real GCS answers for each injected status (reason codes from its JSON API's error format).
 REASONS = {401: "authError", 403: "forbidden", 404: "notFound", 429: "rateLimitExceeded", 500: "backendError",
            502: "badGateway", 503: "backendError"}
-
-
-@dataclass(frozen=True)
-class SeenRequest:
-    method: str
-    host: str  # the name the client asked for (www.googleapis.com, storage.googleapis.com, 127.0.0.1:PORT)
-    target: str  # path and query, percent-decoded
-    body_head: str  # the first bytes of the body (latin-1), where a multipart upload names its object
-
-    def names(self, fragment: str) -> bool:
-        return fragment in self.target or fragment in self.body_head
-
-
-@dataclass
-class Fault:
-    """Answer the next `times` requests that match with `status` (or stall `stall_secs`, then close)."""
-    times: int
-    status: Optional[int] = None
-    stall_secs: float = 0.0
-    method: Optional[str] = None
-    name: Optional[str] = None  # a substring of the object name (or of the decoded path and query)
-    hits: int = 0
-
-    def matches(self, request: SeenRequest) -> bool:
-        return self.hits < self.times and (self.method is None or self.method == request.method) and (
-            self.name is None or request.names(self.name))
 
 
 class QuietServer(ThreadingHTTPServer):
@@ -98,11 +73,13 @@ class GcsProxy:
         self.server.shutdown()
         self.server.server_close()
 
-    def inject(self, status: int, times: int = 1, method: Optional[str] = None, name: Optional[str] = None) -> Fault:
-        """The next `times` requests matching `method` (GET, POST, PUT, DELETE...; None: any) and `name` (a
-        substring of the object name; None: any) are answered `status` (503, 429, 403 for a denied object...)
-        with GCS's JSON error body, without reaching the emulator. Returns the Fault; its `hits` counts them."""
-        return self._arm(Fault(times=times, status=status, method=method, name=name))
+    def inject(self, status: int, times: int = 1, method: Optional[str] = None, name: Optional[str] = None,
+               agent: Optional[str] = None) -> Fault:
+        """The next `times` requests matching `method` (GET, POST, PUT, DELETE...; None: any), `name` (a
+        substring of the object name; None: any) and `agent` (a substring of the User-Agent, e.g. TF_AGENT: one
+        client's requests only) are answered `status` (503, 429, 403 for a denied object...) with GCS's JSON
+        error body, without reaching the emulator. Returns the Fault; its `hits` counts them."""
+        return self._arm(Fault(times=times, status=status, method=method, name=name, agent=agent))
 
     def stall(self, seconds: float, times: int = 1, method: Optional[str] = None, name: Optional[str] = None) -> Fault:
         """The next `times` matching requests get no answer for `seconds`, then their connection is closed."""
@@ -119,6 +96,7 @@ class GcsProxy:
             for fault in self._faults:
                 if fault.matches(request):
                     fault.hits += 1
+                    fault.hit_agents.append(request.agent)
                     return fault
         return None
 
@@ -213,7 +191,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.proxy.note_refused(self.path)
             self._answer(403, b"this proxy reaches only the GCS emulator")
             return
-        request = SeenRequest(self.command, host, urllib.parse.unquote(target), body[:4096].decode("latin-1"))
+        request = SeenRequest(self.command, host, urllib.parse.unquote(target), body[:4096].decode("latin-1"),
+                              self.headers.get("User-Agent", ""))
         fault = self.proxy.take_fault(request)
         if fault is not None and fault.status is not None:
             self._answer(fault.status, _error_body(fault.status, request), content_type="application/json")
