@@ -21,17 +21,10 @@ import pytest
 
 from estimator_mnist.storage.bounds import RETRY_SECS_ENV
 from tests.fault_fs import EIO, ESTALE, mounted, require_fuse
+from tests.e2e.test_damaged_storage import ONE_PROCESS_YAML  # one task, one_device, a checkpoint every 10
 from tests.helpers import CLUSTER_YAML, launch_cluster, run_cli, write_cluster
 
 FIRST, THEN = 20, 30  # steps of the first run, then of the restart; a checkpoint every 10
-ONE_TASK_YAML = """
-cluster: {{chief: ["localhost:{p0}"]}}
-strategy: one_device
-training: {{batch_size_per_replica: 32, max_steps: 20, save_checkpoints_steps: 10, log_step_count_steps: 10}}
-evaluation: {{throttle_secs: 0, start_delay_secs: 0}}
-run_dir: {run_dir}
-data_dir: {data_dir}
-"""
 TWO_WORKERS = 'worker: ["localhost:{p0}", "localhost:{p1}"]'
 assert TWO_WORKERS in CLUSTER_YAML
 CHIEF_AND_WORKER_YAML = CLUSTER_YAML.replace(TWO_WORKERS, 'chief: ["localhost:{p0}"]\n  worker: ["localhost:{p1}"]') \
@@ -51,8 +44,8 @@ def fs(tmp_path):
 def trained(tmp_path_factory, mnist_data_dir):
     """A one-task model_dir trained to step FIRST (checkpoints 10 and 20), on the local disk: copied per test."""
     tmp_path = tmp_path_factory.mktemp("trained")
-    path = write_cluster(tmp_path, ONE_TASK_YAML, 1, data_dir=mnist_data_dir)
-    result = run_cli("train", "--cluster", str(path), "--model-dir", str(tmp_path / "model"), timeout=600)
+    path = write_cluster(tmp_path, ONE_PROCESS_YAML, 1, data_dir=mnist_data_dir)
+    result = _train(path, tmp_path / "model", FIRST)
     assert result.returncode == 0, result.stderr[-3000:]
     return path, tmp_path / "model"
 

@@ -17,7 +17,9 @@ a process of its own, that fails chosen operations on chosen paths with a chosen
 - Caching: attr_timeout and entry_timeout are the kernel's (NFS's actimeo): a cached attribute is not asked
   again, so a "stat" rule hits a file only once its attributes expire; 0 asks every time.
 - flock passes through (FUSE_FLOCK_LOCKS): two mounts of one backing directory exclude each other
-  (tests/process/test_fault_fs.py proves it). POSIX (fcntl/lockf) locks stay each mount's own.
+  (tests/process/test_fault_fs.py proves it). LOCK_UN is through when flock() returns; a close is not: the
+  kernel sends FUSE's RELEASE after close() returns, so another mount may see the lock held a moment longer.
+  POSIX (fcntl/lockf) locks stay each mount's own.
 - The mount goes away when the `with` ends, also on an exception or a pytest timeout's exception:
   `fusermount3 -u -z`, then the process is waited for and killed by PID if it lingers. The process also
   exits when the test process dies (PR_SET_PDEATHSIG).
