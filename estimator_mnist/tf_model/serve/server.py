@@ -15,6 +15,7 @@ import ctypes
 import errno
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -117,6 +118,15 @@ def return_freed_memory() -> None:
         libc.mallopt(-3, 128 * 1024)
 
 
+def raise_file_limit(wanted: int = 4096) -> None:
+    """Room for http_server.CONNECTION_LIMIT connections and gRPC's beside them: the soft limit of open files
+    raised towards `wanted`, within the hard limit (often 1024 soft by default)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 def trim_memory() -> None:
     """The free pages of every malloc arena back to the system: gRPC reads a message into many small blocks,
     spread over its threads' arenas, which a burst of large messages leaves resident (malloc_trim(3))."""
@@ -136,6 +146,7 @@ def run(args) -> int:
         if warning:
             print(warning, file=sys.stderr, flush=True)
         return_freed_memory()
+        raise_file_limit()
         # A thread that needs the GIL for a 1-image request waits at most this long for another's bytecode
         # (docs/serving.md "The GIL": measured with benchmarks/serve_abuse.py).
         sys.setswitchinterval(settings.switch_interval_secs)

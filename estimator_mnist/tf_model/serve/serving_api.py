@@ -13,7 +13,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from estimator_mnist.config import timeouts
-from estimator_mnist.tf_model.serve.batcher import Batcher, ClientFull, give_up, QueueFull
+from estimator_mnist.tf_model.serve.admission import (client_of, ERR_CLIENT_FULL, ERR_QUEUE_FULL, ERR_TASK_SIZE,
+                                                      images_within, refusals)
+from estimator_mnist.tf_model.serve.batcher import Batcher, give_up
 from estimator_mnist.tf_model.serve.lifecycle import ERR_STOPPING, Lifecycle
 from estimator_mnist.tf_model.serve.metrics import Metrics
 from estimator_mnist.tf_model.serve.serving_errors import invalid, ServingError
@@ -26,16 +28,10 @@ MAX_ELEMENTS = MAX_INSTANCES * 28 * 28  # and no tensor more values than that se
 ERR_NOT_FOUND = "Servable not found for request: {request}"
 ERR_NO_VERSIONS = "Could not find any versions of model {name}"
 ERR_NO_VERSION = "Could not find version {version} of model {name}"
-ERR_TASK_SIZE = ("Task size {size} is larger than maximum input batch size {limit}"  # TensorFlow's batching text
-                 " (estimator-mnist serve's --max-images-per-request): send fewer images per request")
 ERR_ELEMENTS = ("Tensor {name} of {count} values is larger than estimator-mnist serve's limit of {limit} "
                 "(MNIST's whole test set); send fewer instances per request")
 ERR_DEADLINE = ("Deadline exceeded: the request was not answered within {secs:g} s (serve's --request-timeout-ms, "
                 "or the client's deadline)")
-ERR_QUEUE_FULL = ("The batch queue of version {version} holds {images} images already (serve's --max-queued-images): "
-                  "retry later, or send this request to another replica")
-ERR_CLIENT_FULL = ("This client holds {images} queued images already (serve's --max-client-images): wait for its "
-                   "answers before sending more")
 OTHER = "(other)"  # the one label value of every model name or signature that does not exist
 ERR_CLASSIFY_OUTPUTS = "Expected one or two output Tensors, found {count}"  # classifier.cc
 ERR_REGRESS_OUTPUTS = "Expected one output Tensor."  # regressor.cc
@@ -99,46 +95,22 @@ class ServingApi:
         return served
 
     def client_of(self, address: str, forwarded_for: str = "") -> str:
-        """A request's client: its source address, or, from a --trusted-proxy, the address that proxy put last
-        in X-Forwarded-For (the one it saw; those before it are the client's own word)."""
-        if address in self.trusted_proxies and forwarded_for.strip():
-            return forwarded_for.split(",")[-1].strip()
-        return address
+        return client_of(address, forwarded_for, self.trusted_proxies)
 
     def admit(self, served: Version, client: str, images: int) -> None:
         """Serving's error for a request of `images` images (what its shape declares) that would be refused: said
         before its inputs are made, so that a refused request costs no work."""
-        if images > self.max_images:
-            self.metrics.refused("images_per_request")
-            raise invalid(ERR_TASK_SIZE.format(size=images, limit=self.max_images))
-        with self._refusals(served):
+        images_within(self.metrics, images, self.max_images)
+        with refusals(self.metrics, self.batcher, served):
             self.batcher.check(served, client, images)
-
-    @contextmanager
-    def _refusals(self, served: Version):
-        try:
-            yield
-        except ClientFull:
-            self.metrics.refused("client_queue")
-            raise ServingError("RESOURCE_EXHAUSTED", ERR_CLIENT_FULL.format(
-                images=self.batcher.max_client_images)) from None
-        except QueueFull:
-            self.metrics.refused("version_queue")
-            # Serving maps RESOURCE_EXHAUSTED to 429; a full queue is this replica's overload, which a load
-            # balancer retries elsewhere on 503 (Serving's own full batch queue is UNAVAILABLE, 503).
-            raise ServingError("RESOURCE_EXHAUSTED", ERR_QUEUE_FULL.format(
-                version=served.number, images=self.batcher.max_queued_images),
-                http_status=503) from None
 
     def submit(self, served: Version, signature_name: str, inputs: Dict[str, np.ndarray], client: str = "") -> Future:
         """The signature's call, queued in the batcher once the inputs are within the bounds."""
         for input_name, array in inputs.items():
-            if array.ndim and len(array) > self.max_images:
-                self.metrics.refused("images_per_request")
-                raise invalid(ERR_TASK_SIZE.format(size=len(array), limit=self.max_images))
+            images_within(self.metrics, len(array) if array.ndim else 1, self.max_images)
             if array.size > MAX_ELEMENTS:
                 raise invalid(ERR_ELEMENTS.format(name=input_name, count=array.size, limit=MAX_ELEMENTS))
-        with self._refusals(served):
+        with refusals(self.metrics, self.batcher, served):
             return self.batcher.submit(served, signature_name, inputs, client)
 
     def run(self, served: Version, signature_name: str, inputs: Dict[str, np.ndarray],
