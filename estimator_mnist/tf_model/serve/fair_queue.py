@@ -5,7 +5,9 @@ A client is a source address (serving_api.client_of). Each client has its
 own queue; the clients with requests take turns (a ring). A model call of
 at most `max_batch_size` images is filled in two passes: first the small
 whole requests (at most SMALL_IMAGES) of every client, so a 1-image
-request never waits behind another client's chunks; then deficit round
+request never waits behind another client's chunks, and a call with such a
+request is kept to SMALL_CALL_IMAGES (the small request pays for a call of
+16 images, not of 64); then deficit round
 robin (Shreedhar and Varghese, 1995): a client's turn adds a quantum of
 `max_batch_size` images to its deficit (capped at one quantum: no credit
 is saved up while idle), and its requests' images are taken while the
@@ -27,6 +29,7 @@ from collections import deque
 from typing import Deque, Dict, List
 
 SMALL_IMAGES = 8  # a request of at most this many images goes into the next call whole, ahead of chunks
+SMALL_CALL_IMAGES = 16  # a call with such a request in it holds at most this many images (chunks fill the rest)
 
 
 class QueueFull(Exception):
@@ -118,7 +121,7 @@ class FairQueue:
     def take(self, key, room: int, batch: List) -> int:
         """Up to `room` images of the tasks that share `key` into `batch`: small whole requests of every client
         first, then deficit round robin."""
-        taken = 0
+        taken, before = 0, sum(stop - start for _, start, stop in batch)
         for client in list(self._ring):
             for task in list(self._queues.get(client, ())):
                 if taken >= room:
@@ -127,6 +130,8 @@ class FairQueue:
                         and self._start(task):
                     self._give(task, task.size, batch)
                     taken += task.size
+        if any(start == 0 and stop == task.size <= SMALL_IMAGES for task, start, stop in batch):
+            room = min(room, max(SMALL_CALL_IMAGES - before, taken))
         progress = True
         while taken < room and self._ring and progress:
             progress = False

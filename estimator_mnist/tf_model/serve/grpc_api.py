@@ -14,6 +14,7 @@ server's if sooner.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from typing import Callable, Optional
 
@@ -47,6 +48,9 @@ ERR_TASK_SIGNATURE = "Requested signature not found in model graph: {name}"
 ERR_METHOD = "Unsupported signature method_name: {method}"
 ERR_RELOAD = ("estimator-mnist serve takes no model config: it serves the newest export of its --model path, "
               "polled every second")
+# A request refused for a full queue is answered after this (at most its deadline): a client keeping 8 requests
+# in flight and sending another on each refusal would otherwise send thousands a second, each parsed on the loop.
+REFUSAL_DELAY_SECS = 0.5
 METHODS = {"tensorflow/serving/classify": "classify", "tensorflow/serving/regress": "regress"}
 STATE_VALUES = get_model_status_pb2.ModelVersionStatus.State
 CODE_VALUES = {name: number for number, name in CODE_NAMES.items()}
@@ -98,6 +102,10 @@ class Handler:
                 return await answer if inspect.isawaitable(answer) else answer
         except ServingError as exc:
             code, message = getattr(grpc.StatusCode, exc.code, grpc.StatusCode.UNKNOWN), exc.message
+            if exc.code == "RESOURCE_EXHAUSTED":  # a client that retries at once waits first: no flood of refusals
+                remaining = context.time_remaining()
+                await asyncio.sleep(REFUSAL_DELAY_SECS if remaining is None else
+                                    min(REFUSAL_DELAY_SECS, max(remaining, 0.0)))
         except Exception as exc:  # pylint: disable=broad-except  # Serving's INTERNAL; the server goes on
             code, message = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
         await context.abort(code, message)
