@@ -6,17 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from estimator_mnist.tf_model.serve.tensor_wire import varint as _varint  # no TensorFlow, no protobuf
+
 PREDICT = "/tensorflow.serving.PredictionService/Predict"
 STATUS = "/tensorflow.serving.ModelService/GetModelStatus"
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append((value & 0x7F) | (0x80 if value >> 7 else 0))
-        value >>= 7
-        if not value:
-            return bytes(out)
 
 
 def _field(number: int, payload: bytes) -> bytes:

@@ -19,6 +19,7 @@ from typing import Dict
 import numpy as np
 
 from estimator_mnist.tf_model.serve.tensor_protos import from_array
+from estimator_mnist.tf_model.serve.tensor_wire import varint
 
 LEN, VARINT = 2, 0
 MAX_VARINT_BYTES = 10
@@ -29,17 +30,6 @@ FIELDS = {np.dtype(np.float32): (1, 5, "<f4"), np.dtype(np.float64): (2, 6, "<f8
           np.dtype(np.int64): (9, 10, "varint"), np.dtype(np.bool_): (10, 11, "varint"),
           np.dtype(np.uint16): (17, 7, "varint"), np.dtype(np.uint32): (22, 16, "varint"),
           np.dtype(np.uint64): (23, 17, "varint")}
-
-
-def varint(value: int) -> bytes:
-    """One varint (a tag, a length, a size); a negative int64 as its two's complement, as protobuf writes it."""
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        out.append((value & 0x7F) | (0x80 if value >> 7 else 0))
-        value >>= 7
-        if not value:
-            return bytes(out)
 
 
 def varints(values: np.ndarray) -> bytes:
