@@ -5,7 +5,9 @@ into a full queue, a request declaring more images than the limit is refused bef
 a trusted proxy's X-Forwarded-For only, and REST connections bounded (100 idle ones and a client sending its
 head a byte at a time leave room for a new one, which the receive bound then closes)."""
 
+import asyncio
 import socket
+import threading
 import time
 
 import grpc
@@ -17,6 +19,7 @@ from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 
 from estimator_mnist.tf_model.serve.batcher import Batcher, ClientFull, QueueFull
 from estimator_mnist.tf_model.serve.grpc_api import peer_address
+from estimator_mnist.tf_model.serve.grpc_codec import Codec, REQUEST_BYTES, REQUEST_IMAGES
 from estimator_mnist.tf_model.serve.serving_api import ERR_TASK_SIZE
 from tests.serve_grpc import GrpcClient
 from tests.unit.serve_fakes import hold_calls, live_http, Serve
@@ -172,3 +175,18 @@ def test_100_idle_connections_and_a_byte_a_time_client_leave_room_and_the_slow_o
         for sock in idle + [slow]:
             sock.close()
     serve.close()
+
+
+@pytest.mark.parametrize("images,off_the_loop", [(1, False), (64, False), (65, True), (10000, True)])
+def test_a_request_s_inputs_and_answer_go_off_the_loop_by_its_images_whatever_its_bytes(images, off_the_loop):
+    codec = Codec()
+
+    async def handled():
+        REQUEST_BYTES.set(56)  # a tiny message
+        REQUEST_IMAGES.set(images)
+        return await codec.offload(threading.get_ident) != threading.get_ident()
+
+    try:
+        assert asyncio.run(handled()) == off_the_loop
+    finally:
+        codec.close()
