@@ -17,7 +17,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 
-from estimator_mnist.tf_model.serve.batcher import Batcher, ClientFull, QueueFull
+from estimator_mnist.tf_model.serve.batcher import Batcher, ClientFull, give_up, QueueFull
 from estimator_mnist.tf_model.serve.grpc_api import peer_address
 from estimator_mnist.tf_model.serve.grpc_codec import Codec, REQUEST_BYTES, REQUEST_IMAGES
 from estimator_mnist.tf_model.serve.serving_api import ERR_TASK_SIZE
@@ -72,6 +72,17 @@ def test_a_client_over_its_cap_is_refused_alone_and_a_new_client_gets_into_a_ful
     with pytest.raises(QueueFull):
         batcher.submit(version, "s", images(5), client="d")  # larger than a call: no reserve for it
     version.model.gate.set()
+    batcher.stop(timeout=5)
+
+
+def test_a_request_given_up_while_its_call_is_gathered_is_counted_out_of_its_client_s_images():
+    batcher, version = Batcher(max_batch_size=8, timeout_secs=0.5, max_client_images=4), Version()
+    future = batcher.submit(version, "s", images(3), client="b")  # its call waits 0.5 s for others
+    time.sleep(0.1)
+    give_up(future)  # its deadline passed, say, while its call was being gathered
+    time.sleep(0.6)
+    assert batcher.queued_images() == 0
+    assert batcher.submit(version, "s", images(4), client="b").result(10)["y"].tolist() == [0, 1, 2, 3]
     batcher.stop(timeout=5)
 
 

@@ -188,7 +188,12 @@ class Lane:
         return self.version.model.run(signature, inputs)
 
     def _run(self, batch: List[Slice]) -> None:
-        batch = [piece for piece in batch if not piece[0].future.done()]  # given up meanwhile
+        given_up = [piece for piece in batch if piece[0].future.done()]  # while the call was gathered
+        if given_up:
+            with self._cond:
+                for task, start, stop in given_up:
+                    self._queue.answered(task, stop - start)  # handed to this call: counted until now
+            batch = [piece for piece in batch if not piece[0].future.done()]
         if not batch:
             return
         first = batch[0][0]
