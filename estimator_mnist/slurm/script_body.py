@@ -11,9 +11,10 @@ BODY = """\
 # The YAML and this Python must be at the same paths on every node.
 # Ranks take the roles in this order (block distribution): {ranks}.
 # Restarts: a step that exits 200 runs again from the last checkpoint. A step whose every task was asked to stop
-# (scancel --signal, a preemption) never counts; one in which a task failed by itself is an incident, and
+# (scancel --signal) never counts; one in which a task failed by itself is an incident, and
 # restart.max_restarts ({max_restarts}) bounds them in a row without a newer checkpoint, then the job ends with 1
-# (model_dir/restart_budget.json). A plain scancel is final: the job is not requeued.
+# (model_dir/restart_budget.json). A preemption requeues the job (PreemptMode=REQUEUE) or ends it (CANCEL); a
+# plain scancel is final: the job is not requeued.
 set -u
 PY=({python})
 EM=("${{PY[@]}}" -m estimator_mnist)
@@ -26,9 +27,9 @@ say() {{ echo "estimator-mnist: $*"; }}
 
 stop=0
 step=
-on_term() {{  # preemption, a time limit near (--signal=B:TERM@N), scancel --batch, a cancel: stop at one saved step
+on_term() {{  # a cancel, a time limit near (--signal=B:TERM@N), scancel --batch, a requeue: stop at one saved step
   stop=1
-  if [ -n "$step" ]; then scancel --signal=TERM "$SLURM_JOB_ID"; fi
+  if [ -n "$step" ]; then scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null; fi
 }}
 trap on_term TERM
 
@@ -46,19 +47,24 @@ task_code() {{
 say "job $SLURM_JOB_ID (requeued ${{SLURM_RESTART_COUNT:-0}} times) on $SLURM_JOB_NODELIST; task logs in $LOGS"
 {prepare} || exit $?
 
-requeue() {{  # the batch shell was signalled: a cancel ends the job for good, a warning of its end requeues it
-  local how
-  how=$("${{PY[@]}}" -m estimator_mnist.supervise.slurm_job_state "$SLURM_JOB_ID")
-  case "$how" in
-    cancelled*)
-      "${{PY[@]}}" -m estimator_mnist.supervise.slurm_step "${{TRAIN_ARGS[@]}}" --cancelled
-      say "cancelled (${{how#* }}): $1; not requeued: a cancel is final"; exit 0 ;;
-    slurm-requeues*) say "signalled: $1; ${{how#* }}"; exit 0 ;;
+# The step stopped with 200, or the batch shell got SIGTERM: before anything else, Slurm says what happened
+# (supervise/slurm_job_end.py): a step stopped by a user or a failed task runs again within the restart budget;
+# a preemption (whatever PreemptParameters) requeues the job at once in REQUEUE mode and ends it in CANCEL mode;
+# a job Slurm or an operator requeued is left to resume; a cancel is final. Its last line is the next move.
+after_stop() {{
+  local out next
+  out=$("${{PY[@]}}" -m estimator_mnist.supervise.slurm_job_end "${{TRAIN_ARGS[@]}}" --signalled "$stop" --seen "$1")
+  next=${{out##*$'\\n'}}
+  [ "$out" = "$next" ] || printf '%s\\n' "${{out%$'\\n'*}}"
+  case "$next" in
+    rerun) reruns=$((reruns + 1)) ;;
+    "exit "*) exit "${{next#exit }}" ;;
+    *) say "error: the job's end could not be decided (slurm_job_end said: ${{next:-nothing}}); see $LOGS"; exit 1 ;;
   esac
-  say "signalled (preemption, time limit or scancel --batch; ${{how#* }}): $1; requeueing the job, which resumes from the last checkpoint"
-  scontrol requeue "$SLURM_JOB_ID" && exit 0
-  say "error: scontrol requeue $SLURM_JOB_ID failed (is JobRequeue allowed?); resubmit the script to resume"
-  exit 200
+}}
+finish() {{  # the job ends with $1: its step's records in model_dir go with it
+  "${{PY[@]}}" -m estimator_mnist.supervise.slurm_job_end "${{TRAIN_ARGS[@]}}" --ended "$1" >/dev/null
+  exit "$1"
 }}
 
 # Ports: each task holds a free port of its own on its node and publishes it in model_dir before TensorFlow
@@ -68,7 +74,7 @@ if scontrol show config 2>/dev/null | grep -Eq '^MpiParams[[:space:]]*=.*ports='
 
 reruns=0  # this run of the job's, for the log names; the restart budget counts them (model_dir/restart_budget.json)
 while :; do
-  [ "$stop" -eq 1 ] && requeue "before the step started"
+  if [ "$stop" -eq 1 ]; then after_stop "signalled before the step started"; continue; fi
   attempt="${{SLURM_RESTART_COUNT:-0}}.$reruns"
   export ESTIMATOR_MNIST_SLURM_ATTEMPT="$attempt"  # the step's tasks key their ports and their ends by it
   srun --kill-on-bad-exit=1 --ntasks={ntasks} --distribution=block "${{RESV[@]}}" --output="$LOGS/rank-%t.log" \\
@@ -86,18 +92,17 @@ while :; do
   wait "$progress"
   cat "$LOGS/srun-$attempt.err" >&2
   code=$(task_code "$LOGS/srun-$attempt.err" "$status")
-  # Requeued after a signal only when the step's code is retryable (200, or a task ended by a signal): a step
-  # that finished (0) or failed for good (1, 2) as the signal came ends the job with its code.
-  [ "$stop" -eq 1 ] && [ "$code" -eq 200 ] && requeue "the step's tasks stopped with $code"
-  [ "$stop" -eq 1 ] && say "signalled (preemption, time limit or scancel --batch), but the step's code is $code: not requeued"
+  # 200 (or a task ended by a signal): stopped, or failed and retryable; Slurm says which (after_stop). A step
+  # that finished (0) or failed for good (1, 2) as a signal came ends the job with its code.
+  if [ "$code" -eq 200 ]; then
+    if [ "$stop" -eq 1 ]; then after_stop "signalled; the step's tasks stopped with 200"
+    else after_stop "the step's tasks stopped with 200"; fi
+    continue
+  fi
+  [ "$stop" -eq 1 ] && say "signalled, but the step's code is $code: not requeued"
   case "$code" in
-    0) say "done: the step's tasks all exited 0"; exit 0 ;;
-    200)  # a step whose every task was asked to stop never counts; one in which a task failed by itself counts
-          # against restart.max_restarts as failures in a row without a newer checkpoint
-          # (supervise/slurm_reruns.py, restart_budget.py): past them, one line and exit 1
-      "${{PY[@]}}" -m estimator_mnist.supervise.slurm_reruns "${{TRAIN_ARGS[@]}}" || exit $?
-      reruns=$((reruns + 1)) ;;
-    *) say "error: a task exited $code; the job ends with it; see $LOGS"; exit "$code" ;;
+    0) say "done: the step's tasks all exited 0"; finish 0 ;;
+    *) say "error: a task exited $code; the job ends with it; see $LOGS"; finish "$code" ;;
   esac
 done
 """

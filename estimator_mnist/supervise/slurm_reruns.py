@@ -51,6 +51,24 @@ def failures(config, environ) -> list:
     return found
 
 
+def book(config, environ) -> tuple:
+    """(budget, what the step's end was booked as, what failed) for the step that just ended: a preemption
+    when every task was asked to stop, else one incident. Raises PermanentFailure for unreadable records."""
+    job = job_of(environ, None)
+    budget = RestartBudget(job, config.restart.max_restarts, config.model_dir, log=lambda line: print(
+        f"estimator-mnist: {line}", flush=True))
+    latest = latest_step(config.model_dir, strict=True)  # a state the storage refuses: exit 1, not "none"
+    mark = take_mark(config.model_dir, latest)  # taken either way: a failure's peers' stop is no preemption
+    failed = failures(config, environ)
+    if not failed:
+        event = budget.record_preemption(mark or {"step": latest, "task": None}, latest)
+    else:
+        event = budget.record_failure("; ".join(failed), latest,
+                                      requeues=int(environ.get("SLURM_RESTART_COUNT") or 0))
+    budget.note_restored(latest)  # what the rerun restores, whether or not its writer gets as far as counting
+    return budget, event, failed
+
+
 def rerun(config, environ) -> tuple:
     """(exit code, line) for a step that exited 200: 0 to run it again, 1 past the budget (or with its record
     and the record's copy both unreadable). A step whose every task was asked to stop is no incident."""
@@ -58,26 +76,17 @@ def rerun(config, environ) -> tuple:
     if job is None:
         return USAGE_EXIT_CODE, f"error: {ERR_NO_JOB}"
     try:
-        budget = RestartBudget(job, config.restart.max_restarts, config.model_dir, log=lambda line: print(
-            f"estimator-mnist: {line}", flush=True))
+        budget, event, failed = book(config, environ)
     except PermanentFailure as exc:
         return 1, f"error: {exc}"
-    latest = latest_step(config.model_dir, strict=True)  # a state the storage refuses: exit 1, not "none"
-    mark = take_mark(config.model_dir, latest)  # taken either way: a failure's peers' stop is no preemption
-    failed = failures(config, environ)
     if not failed:
-        event = budget.record_preemption(mark or {"step": latest, "task": None}, latest)
-        budget.note_restored(latest)
         return 0, (f"the step exited 200 (retryable), every task asked to stop: "
                    f"{budget_line(event, job.key, budget.max_restarts)}; running it again from that checkpoint")
-    incident = budget.record_failure("; ".join(failed), latest,
-                                     requeues=int(environ.get("SLURM_RESTART_COUNT") or 0))
-    budget.note_restored(latest)  # what the rerun restores, whether or not its writer gets as far as counting
     if budget.exhausted:
         logs = os.path.join(config.run_dir, "logs", f"slurm-{environ['SLURM_JOB_ID']}")
         return 1, "error: " + ERR_SPENT.format(job=job.key, count=budget.streak, limit=budget.max_restarts,
                                                 incidents=describe(budget.in_a_row), logs=logs)
-    return 0, (f"the step exited 200 (retryable): {budget_line(incident, job.key, budget.max_restarts)}; running it "
+    return 0, (f"the step exited 200 (retryable): {budget_line(event, job.key, budget.max_restarts)}; running it "
                f"again from the last checkpoint; the record: {record_path(config.model_dir)}")
 
 
