@@ -35,7 +35,7 @@ from estimator_mnist.preemption_mark import take_mark
 from estimator_mnist.supervise.restart_budget import RestartBudget, budget_line, job_of
 from estimator_mnist.supervise.slurm_job_state import (CANCELLED, PREEMPTED_CANCEL, REQUEUE, RERUN, SLURM_REQUEUED,
                                                        SlurmFacts, job_fields, verdict)
-from estimator_mnist.supervise.slurm_reruns import book, rerun
+from estimator_mnist.supervise.slurm_reruns import ERR_NO_JOB, book, rerun
 from estimator_mnist.supervise.slurm_step import config_of, train_args_parser, write_summary
 
 ERR_REQUEUE = ("scontrol requeue {job} failed ({error}): the job cannot requeue itself (JobRequeue=0 in slurm.conf?); "
@@ -88,6 +88,9 @@ def after_stop(config, cluster_file: str, environ: Mapping[str, str], signalled:
                fields_of: Callable = job_fields, facts: Optional[SlurmFacts] = None,
                requeue: Callable = requeue_job) -> int:
     """Acts on Slurm's word; returns the script's next move: -1 to rerun the step, else the batch shell's code."""
+    if job_of(environ, None) is None:
+        say(f"error: {ERR_NO_JOB}")
+        return USAGE_EXIT_CODE
     job = environ["SLURM_JOB_ID"]
     facts = facts or SlurmFacts.from_slurm(environ)
     word, why = verdict(fields_of(job), facts, signalled)
@@ -132,9 +135,9 @@ def main(argv=None) -> int:
     code = args.ended  # the job's own code stands when only its records could not be removed
     try:
         config = config_of(args)
-        if args.ended is not None:
+        if args.ended is not None and os.environ.get("SLURM_JOB_ID"):
             slurm_records.remove_job(config.model_dir, os.environ["SLURM_JOB_ID"])
-        else:
+        elif args.ended is None:
             code = after_stop(config, args.cluster, os.environ, bool(args.signalled), args.seen)
     except UsageError as exc:  # the YAML, edited since the step started
         say(f"error: {exc}")

@@ -1,7 +1,8 @@
 """The batch script's reruns, counted by the job's restart budget (restart_budget.py). No TensorFlow.
 
-`python -m estimator_mnist.supervise.slurm_reruns TRAIN_ARGS` runs in the batch shell each time the step exited 200
-(retryable). The script keeps no count of its own: this records the incident in model_dir/restart_budget.json,
+The batch shell's slurm_job_end.py calls `rerun` each time the step exited 200 (retryable) and Slurm did nothing
+to the job (a user's `scancel --signal`, a failed task), and `book` when the job stops for a preemption or a
+time limit. The script keeps no count of its own: this records the incident in model_dir/restart_budget.json,
 keyed by SLURM_JOB_ID, the one record of restarts that launch and the cluster managers' tasks use too. The
 batch shell sees each step's outcome once, however many of its tasks exited 200, so one incident counts
 once; and it counts also a step whose writer task never started (srun failed to start it), which a count
@@ -14,23 +15,21 @@ peers did when srun signalled them after it (--kill-on-bad-exit), and even when 
 saved its stop step and marked a preemption: the mark is dropped. A step whose every task was asked to stop
 (`scancel --signal=TERM`, a preemption, a time limit) is none, its stop step saved or not. Incidents count
 against restart.max_restarts as failures in a row without a newer checkpoint (restart_budget.py has the rule).
-Within the budget it prints the rerun's line and exits 0, and the script runs the step again; past it, one
-line naming the budget and the incidents counted, and exit 1, which ends the job with 1.
+Within the budget `rerun` gives the rerun's line and 0, and the script runs the step again; past it, one
+line naming the budget and the incidents counted, and 1, which ends the job with 1.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 
 from estimator_mnist.checkpoints import latest_step
-from estimator_mnist.errors import RETRYABLE_EXIT_CODE, USAGE_EXIT_CODE, PermanentFailure, RetryableFailure, UsageError
+from estimator_mnist.errors import USAGE_EXIT_CODE, PermanentFailure
 from estimator_mnist.plan import slurm_records
 from estimator_mnist.plan.slurm_source import ordered_tasks
 from estimator_mnist.preemption_mark import take_mark
 from estimator_mnist.supervise.restart_budget import RestartBudget, budget_line, describe, job_of
 from estimator_mnist.supervise.restart_record import record_path
-from estimator_mnist.supervise.slurm_step import config_of, train_args_parser
 from estimator_mnist.supervise.slurm_task_end import END_KIND, failed_by_itself
 
 ERR_NO_JOB = "SLURM_JOB_ID is not set: the batch script runs under sbatch, which sets it; submit the script with sbatch"
@@ -88,19 +87,3 @@ def rerun(config, environ) -> tuple:
                                                 incidents=describe(budget.in_a_row), logs=logs)
     return 0, (f"the step exited 200 (retryable): {budget_line(event, job.key, budget.max_restarts)}; running it "
                f"again from the last checkpoint; the record: {record_path(config.model_dir)}")
-
-
-def main(argv=None) -> int:
-    args = train_args_parser("python -m estimator_mnist.supervise.slurm_reruns").parse_args(argv)
-    try:  # the YAML, edited since the step started: its one line, and the job ends with 2
-        code, line = rerun(config_of(args), os.environ)
-    except UsageError as exc:
-        code, line = USAGE_EXIT_CODE, f"error: {exc}"
-    except (PermanentFailure, RetryableFailure) as exc:  # model_dir's records refused (1) or not served (200)
-        code, line = RETRYABLE_EXIT_CODE if isinstance(exc, RetryableFailure) else 1, f"error: {exc}"
-    print(f"estimator-mnist: {line}", flush=True)
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -24,7 +24,7 @@ from typing import Dict, Optional, Tuple
 
 from estimator_mnist import checkpoints
 from estimator_mnist.config import load_config
-from estimator_mnist.storage import write_json
+from estimator_mnist.storage import read_json, write_json
 from estimator_mnist.errors import PermanentFailure
 from estimator_mnist.plan import slurm_records
 from estimator_mnist.plan.slurm_source import ordered_tasks
@@ -92,7 +92,13 @@ def write_summary(config, cluster_file: str, environ=None, cancelled: bool = Fal
         status = f"cancelled (scancel) at step {step}: not requeued"
     elif event is not None:
         status = f"{event[1]} at step {step}"
-    write_json(Path(config.run_dir, SUMMARY_FILE), {
+    path = Path(config.run_dir, SUMMARY_FILE)
+    before = (read_json(path) or {}).get("slurm") or {}  # the job's earlier events, kept across its requeues
+    events = before.get("events", []) if before.get("job_id") == environ.get("SLURM_JOB_ID") else []
+    if event is not None:
+        events = [*events, {"event": event[0], "what": event[1], "step": step,
+                            "requeues": int(environ.get("SLURM_RESTART_COUNT", 0))}]
+    write_json(path, {
         "status": status, "cluster_file": cluster_file, "tasks": task_ends(config, environ, cancelled),
         "strategy": config.strategy.name, "max_steps": config.training.max_steps, "global_step": step,
         "accuracy": final["accuracy"] if final else None, "export": final["export"] if final else None,
@@ -100,7 +106,7 @@ def write_summary(config, cluster_file: str, environ=None, cancelled: bool = Fal
         "restarts": [{"number": i["number"], "time": i["time"], "reason": "the step exited 200 (retryable)"}
                      for i in reruns],
         "slurm": {"job_id": environ.get("SLURM_JOB_ID"), "requeues": int(environ.get("SLURM_RESTART_COUNT", 0)),
-                  "cancelled": cancelled, "event": event[0] if event else None},
+                  "cancelled": cancelled, "event": event[0] if event else None, "events": events},
     }, indent=2)
 
 
