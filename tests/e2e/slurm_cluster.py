@@ -8,8 +8,7 @@ the nodes (the tasks inherit it; the machine's /etc/hosts is never edited). slur
 namespace with `nsenter --net`: under `ip netns exec`, which remounts /sys, it stops with "No filesystem
 mounted on /sys/fs/cgroup". Client commands (sbatch, scontrol, scancel) run in n1's namespace.
 Its default partition is preempted by the partition HIGH_PARTITION as a site configures it (REQUEUE with a
-GraceTime, no send_user_signal); `preempt_mode` switches it (CANCEL), `preempt` submits the preemptor, and
-`fail_node`/`restore_node` take a node's slurmd and everything it runs away and bring slurmd back.
+GraceTime, no send_user_signal); tests/e2e/slurm_events.py switches its mode, preempts, fails a node.
 With `reserved_ports` slurm.conf reserves ports for steps (MpiParams=ports=...); without, the common
 configuration, the tasks choose their own (plan/slurm_ports.py): the suite runs both.
 close() stops the daemons by PID and deletes the namespaces, also after a failure; should the test process
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -48,6 +46,7 @@ GRACE_SECS = 60
 HIGH_PARTITION = "high"  # its jobs preempt the default partition's
 # A node whose slurmd stops answering is DOWN after this (default 300 s): the node-failure test waits for it.
 SLURMD_TIMEOUT_SECS = 20
+PREEMPTION = {"grace": GRACE_SECS, "high": HIGH_PARTITION, "slurmd_timeout": SLURMD_TIMEOUT_SECS}
 
 SLURM_CONF = """\
 ClusterName=em{tag}
@@ -120,8 +119,7 @@ class SlurmCluster:
         self.conf.write_text(SLURM_CONF.format(
             tag=self.tag, hostname=socket.gethostname(), ctld_address=ADDRESSES["a"], ctld_port=CTLD_PORT,
             slurmd_port=SLURMD_PORT, munge_socket=self.root / "munge" / "socket", root=self.root, nodes=nodes,
-            kill_wait=kill_wait, cred_expire=CRED_EXPIRE_SECS, grace=GRACE_SECS, high=HIGH_PARTITION,
-            slurmd_timeout=SLURMD_TIMEOUT_SECS,
+            kill_wait=kill_wait, cred_expire=CRED_EXPIRE_SECS, **PREEMPTION,
             mpi_params=f"MpiParams=ports={RESERVED_PORTS}\n" if self.reserved_ports else ""))
         machine_hosts = Path("/etc/hosts").read_text(encoding="utf-8")
         names = "".join(f"{ADDRESSES[host]} {name}\n" for name, host in NODES.items())
@@ -186,46 +184,11 @@ class SlurmCluster:
         return proc
 
     def next_job_id_at_least(self, job_id: int) -> None:
-        """The next job submitted gets `job_id` or more: sbatch has no --jobid in Slurm 22.05, but slurmctld takes
-        its next id as at least FirstJobId, which `scontrol reconfigure` re-reads (job_mgr.c, get_next_job_id)."""
+        """The next job submitted gets `job_id` or more (sbatch has no --jobid in Slurm 22.05): slurmctld's next id
+        is at least FirstJobId, which `scontrol reconfigure` re-reads (job_mgr.c, get_next_job_id)."""
         lines = [line for line in self.conf.read_text().splitlines() if not line.startswith("FirstJobId=")]
         self.conf.write_text("\n".join(lines + [f"FirstJobId={job_id}"]) + "\n")
         self.run(["scontrol", "reconfigure"])
-
-    def preempt_mode(self, mode: str) -> None:
-        self.run(["scontrol", "update", "partitionname=em", f"preemptmode={mode}"])
-
-    def preempt(self, node: str, cwd: Path) -> str:
-        """A job of the higher-priority partition that asks for `node` whole (a second's work); its id."""
-        return self.run(["sbatch", "--parsable", f"--partition={HIGH_PARTITION}", f"--nodelist={node}", "--nodes=1",
-                         "--exclusive", f"--output={cwd / 'preemptor.out'}", "--wrap", "sleep 1"],
-                        cwd=cwd).stdout.strip().split(";")[0]
-
-    def _in_namespace(self, pid: str, host: str) -> bool:
-        try:
-            return os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(f"/run/netns/{self.hosts.ns[host]}").st_ino
-        except OSError:
-            return False
-
-    def fail_node(self, name: str) -> List[int]:
-        """Node `name` lost: its slurmd, slurmstepd and tasks (every process in its network namespace) SIGKILLed;
-        the PIDs killed. slurmctld finds it DOWN after SlurmdTimeout."""
-        host, killed = NODES[name], []
-        for pid in (p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()):
-            if self._in_namespace(pid, host):
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                    killed.append(int(pid))
-                except ProcessLookupError:
-                    pass
-        for proc in [p for p in self.daemons if p.pid in killed]:  # its slurmd: reaped, no longer ours to stop
-            proc.wait(timeout=30)
-            self.daemons.remove(proc)
-        return killed
-
-    def restore_node(self, name: str) -> None:
-        """slurmd of `name` started again: the node registers and returns to service (ReturnToService=2)."""
-        self._daemon(f"slurmd-{name}", ["slurmd", "-D", "-N", name, "-f", str(self.conf)], NODES[name])
 
     def job(self, job_id: str) -> Dict[str, str]:
         """`scontrol show job` as a dict (JobState, ExitCode, Restarts, ...)."""

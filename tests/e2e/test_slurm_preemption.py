@@ -15,6 +15,7 @@ from datetime import datetime
 from estimator_mnist.checkpoints import latest_step, read_eval_results
 from estimator_mnist.supervise.restart_budget import RECORD_FILE
 from tests.e2e.slurm_cluster import CRED_EXPIRE_SECS, SLURMD_TIMEOUT_SECS
+from tests.e2e.slurm_events import fail_node, preempt, restore_node, set_preempt_mode
 from tests.e2e.test_slurm import GRACE_SECS, JOB_YAML, WAIT_SECS, finished, job_output, wait_for, wait_for_training
 from tests.helpers import REPO
 
@@ -44,7 +45,7 @@ def preempted_after_first_checkpoint(slurm, tmp_path, job_id):
     """The preemptor submitted once the first checkpoint is there; how soon it started after its submission."""
     model_dir, details = str(tmp_path / "model"), lambda: job_output(slurm, tmp_path)
     wait_for(lambda: latest_step(model_dir), WAIT_SECS, "the first checkpoint", details)
-    preemptor = slurm.preempt("n1", tmp_path)
+    preemptor = preempt(slurm, "n1", tmp_path)
     wait_for(lambda: slurm.job(preemptor).get("StartTime", "Unknown") not in ("Unknown", "None")
              and slurm.job(preemptor)["JobState"] != "PENDING", 120, "the preemptor's start", details)
     state = slurm.job(preemptor)
@@ -69,7 +70,7 @@ def test_a_preempted_job_vacates_its_node_at_once_requeues_once_and_completes(sl
     output, state = job_output(slurm, tmp_path, whole=True), slurm.job(job_id)
     assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", (state, output[-8000:])
     record = json.loads((tmp_path / "model" / RECORD_FILE).read_text())
-    assert len(record["preemptions"]) == 1 and record["incidents"] == [], record  # the suspension: none
+    assert len(record["preemptions"]) == 1 and record["incidents"] == [], (record, output[-8000:])  # none: suspended
     stop = record["preemptions"][0]["step"]
     assert f"Restoring parameters from {tmp_path / 'model'}/model.ckpt-{stop}" in output, output[-8000:]
     assert not [line for line in product_lines(output) if "error" in line or "submit" in line], output[-8000:]
@@ -84,13 +85,13 @@ def test_a_preempted_job_vacates_its_node_at_once_requeues_once_and_completes(sl
 def test_a_cancel_mode_preemption_ends_the_job_and_a_resubmission_survives_a_node_failure(slurm, tmp_path,
                                                                                        mnist_data_dir):
     details = lambda: job_output(slurm, tmp_path)  # noqa: E731
-    slurm.preempt_mode("cancel")
+    set_preempt_mode(slurm, "cancel")
     try:
         job_id = write_script(slurm, tmp_path, mnist_data_dir)
         started_in = preempted_after_first_checkpoint(slurm, tmp_path, job_id)
         wait_for(lambda: finished(slurm, job_id), 90, "the preempted job's end", details)
     finally:
-        slurm.preempt_mode("requeue")
+        set_preempt_mode(slurm, "requeue")
     assert started_in <= GRACE_SECS + 10, (started_in, details())
     output, state = job_output(slurm, tmp_path, whole=True), slurm.job(job_id)
     assert state["Restarts"] == "0" and state["ExitCode"] == "200:0", (state, output[-8000:])
@@ -102,12 +103,12 @@ def test_a_cancel_mode_preemption_ends_the_job_and_a_resubmission_survives_a_nod
     # Submitted again: it resumes from that step; its second node lost mid-run, Slurm requeues it.
     again = slurm.run(["sbatch", "--parsable", str(tmp_path / "job.sh")], cwd=tmp_path).stdout.strip().split(";")[0]
     wait_for_training(slurm, tmp_path, stop + 5)
-    killed = slurm.fail_node("n2")
+    killed = fail_node(slurm, "n2")
     try:
         assert killed, "nothing ran in n2's namespace"
         wait_for(lambda: slurm.job(again).get("Restarts") == "1", SLURMD_TIMEOUT_SECS * 3, "Slurm's requeue", details)
     finally:
-        slurm.restore_node("n2")
+        restore_node(slurm, "n2")
     wait_for(lambda: finished(slurm, again), WAIT_SECS, "the resubmitted job's end", details)
     output, state = job_output(slurm, tmp_path, whole=True), slurm.job(again)
     assert state["JobState"] == "COMPLETED", (state, output[-8000:])
