@@ -53,11 +53,13 @@ say "job $SLURM_JOB_ID (requeued ${{SLURM_RESTART_COUNT:-0}} times) on $SLURM_JO
 # a job Slurm or an operator requeued is left to resume; a cancel is final. Its last line is the next move.
 after_stop() {{
   local out next
-  out=$("${{PY[@]}}" -m estimator_mnist.supervise.slurm_job_end "${{TRAIN_ARGS[@]}}" --signalled "$stop" --seen "$1")
+  out=$("${{PY[@]}}" -m estimator_mnist.supervise.slurm_job_end "${{TRAIN_ARGS[@]}}" --signalled "$stop" --seen "$1" \\
+    ${{2:+--early}})
   next=${{out##*$'\\n'}}
   [ "$out" = "$next" ] || printf '%s\\n' "${{out%$'\\n'*}}"
   case "$next" in
     rerun) reruns=$((reruns + 1)) ;;
+    wait) ;;
     "exit "*) exit "${{next#exit }}" ;;
     *) say "error: the job's end could not be decided (slurm_job_end said: ${{next:-nothing}}); see $LOGS"; exit 1 ;;
   esac
@@ -84,6 +86,12 @@ while :; do
   progress=$!
   status=0
   wait "$step" || status=$?
+  # Signalled while the step stops: a job Slurm requeued (a node lost) is said now, before KillWait's SIGKILL.
+  if [ "$stop" -eq 1 ] && kill -0 "$step" 2>/dev/null; then
+    after_stop "signalled while the step ran" early
+    status=0
+    wait "$step" || status=$?  # its own status, also when it ended meanwhile
+  fi
   while kill -0 "$step" 2>/dev/null; do  # wait returned for the trap: the step is still stopping
     status=0
     wait "$step" || status=$?

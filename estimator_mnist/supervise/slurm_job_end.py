@@ -15,6 +15,8 @@ its output: `rerun` (run the step again) or `exit N` (end the batch shell with N
 - a preemption in CANCEL mode: the stop is booked, one line says Slurm preempted and cancelled the job and
   how to resume; the job ends with 200 (retryable: submit it again), never requeued;
 - a plain `scancel`: final, exit 0.
+With `--early` (the batch shell signalled while the step still stops) it acts only when Slurm has requeued
+the job (a node failure: the step may take until KillWait's SIGKILL to end), else prints `wait`.
 The summary (run_summary.json) names the event. Whenever the job ends for good, and with `--ended N` after a
 step that ended it, the step's records in model_dir/slurm/JOB are removed (plan/slurm_records.py). It
 ignores SIGTERM (the requeue it asks for signals the whole batch step). No TensorFlow.
@@ -40,6 +42,7 @@ from estimator_mnist.supervise.slurm_step import config_of, train_args_parser, w
 
 ERR_REQUEUE = ("scontrol requeue {job} failed ({error}): the job cannot requeue itself (JobRequeue=0 in slurm.conf?); "
                "it stopped at step {step}, saved: submit the script again to resume from it")
+RERUN_STEP, WAIT_STEP = -1, -2  # the script's next moves besides an exit
 PREEMPTED_LINE = ("Slurm preempted the job and cancels it ({why}): not requeued; it stopped at step {step}, saved: "
                   "to resume from it, submit the same script again ({command}); the job ends with 200 (retryable)")
 
@@ -86,20 +89,23 @@ def _requeue(config, environ, why: str, seen: str, facts: SlurmFacts, requeue: C
 
 def after_stop(config, cluster_file: str, environ: Mapping[str, str], signalled: bool, seen: str,
                fields_of: Callable = job_fields, facts: Optional[SlurmFacts] = None,
-               requeue: Callable = requeue_job) -> int:
-    """Acts on Slurm's word; returns the script's next move: -1 to rerun the step, else the batch shell's code."""
+               requeue: Callable = requeue_job, early: bool = False) -> int:
+    """Acts on Slurm's word; returns the script's next move: RERUN_STEP, WAIT_STEP (`early`: the step still stops
+    and Slurm has not requeued the job), else the batch shell's code."""
     if job_of(environ, None) is None:
         say(f"error: {ERR_NO_JOB}")
         return USAGE_EXIT_CODE
     job = environ["SLURM_JOB_ID"]
     facts = facts or SlurmFacts.from_slurm(environ)
     word, why = verdict(fields_of(job), facts, signalled)
+    if early and word != SLURM_REQUEUED:
+        return WAIT_STEP
     if word == RERUN:
         code, line = rerun(config, environ)
         say(line)
         if code != 0:
             slurm_records.remove_job(config.model_dir, job)
-        return -1 if code == 0 else code
+        return RERUN_STEP if code == 0 else code
     step = latest_step(config.model_dir)
     if word == REQUEUE:
         code = _requeue(config, environ, why, seen, facts, requeue)
@@ -130,6 +136,7 @@ def main(argv=None) -> int:
     parser.add_argument("--signalled", type=int, default=0, help="1: the batch shell got SIGTERM")
     parser.add_argument("--seen", default="the step stopped", help="what the script saw, for its line")
     parser.add_argument("--ended", type=int, help="the job ends with this code: remove its records")
+    parser.add_argument("--early", action="store_true", help="the step still stops: act only on Slurm's requeue")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a requeue's or a cancel's SIGTERM: this still says its word
     code = args.ended  # the job's own code stands when only its records could not be removed
@@ -138,7 +145,7 @@ def main(argv=None) -> int:
         if args.ended is not None and os.environ.get("SLURM_JOB_ID"):
             slurm_records.remove_job(config.model_dir, os.environ["SLURM_JOB_ID"])
         elif args.ended is None:
-            code = after_stop(config, args.cluster, os.environ, bool(args.signalled), args.seen)
+            code = after_stop(config, args.cluster, os.environ, bool(args.signalled), args.seen, early=args.early)
     except UsageError as exc:  # the YAML, edited since the step started
         say(f"error: {exc}")
         code = USAGE_EXIT_CODE if code is None else code
@@ -146,7 +153,7 @@ def main(argv=None) -> int:
         say(f"error: {exc}")
         if code is None:
             code = RETRYABLE_EXIT_CODE if isinstance(exc, RetryableFailure) else 1
-    print("rerun" if code == -1 else f"exit {code}", flush=True)
+    print({RERUN_STEP: "rerun", WAIT_STEP: "wait"}.get(code, f"exit {code}"), flush=True)
     return 0
 
 

@@ -95,9 +95,12 @@ def write_summary(config, cluster_file: str, environ=None, cancelled: bool = Fal
     path = Path(config.run_dir, SUMMARY_FILE)
     before = (read_json(path) or {}).get("slurm") or {}  # the job's earlier events, kept across its requeues
     events = before.get("events", []) if before.get("job_id") == environ.get("SLURM_JOB_ID") else []
+    requeues = int(environ.get("SLURM_RESTART_COUNT", 0))
     if event is not None:
-        events = [*events, {"event": event[0], "what": event[1], "step": step,
-                            "requeues": int(environ.get("SLURM_RESTART_COUNT", 0))}]
+        events = [*events, {"event": event[0], "what": event[1], "step": step, "requeues": requeues}]
+    elif events and events[-1]["requeues"] == requeues and not final:  # the step's watcher, after the event
+        event = (events[-1]["event"], events[-1]["what"])
+        status = f"{event[1]} at step {events[-1]['step']}"
     write_json(path, {
         "status": status, "cluster_file": cluster_file, "tasks": task_ends(config, environ, cancelled),
         "strategy": config.strategy.name, "max_steps": config.training.max_steps, "global_step": step,
@@ -105,7 +108,7 @@ def write_summary(config, cluster_file: str, environ=None, cancelled: bool = Fal
         "run_dir": config.run_dir, "model_dir": config.model_dir, "restart_policy": "slurm batch script",
         "restarts": [{"number": i["number"], "time": i["time"], "reason": "the step exited 200 (retryable)"}
                      for i in reruns],
-        "slurm": {"job_id": environ.get("SLURM_JOB_ID"), "requeues": int(environ.get("SLURM_RESTART_COUNT", 0)),
+        "slurm": {"job_id": environ.get("SLURM_JOB_ID"), "requeues": requeues,
                   "cancelled": cancelled, "event": event[0] if event else None, "events": events},
     }, indent=2)
 
