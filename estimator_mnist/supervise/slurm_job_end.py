@@ -31,6 +31,7 @@ import sys
 from typing import Callable, Mapping, Optional
 
 from estimator_mnist.checkpoints import latest_step
+from estimator_mnist.config import timeouts
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, USAGE_EXIT_CODE, PermanentFailure, RetryableFailure, UsageError
 from estimator_mnist.plan import slurm_records
 from estimator_mnist.preemption_mark import take_mark
@@ -59,7 +60,7 @@ def requeue_job(job: str) -> Optional[str]:
     """`scontrol requeue JOB`: None when done, else scontrol's error."""
     try:
         result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, check=False,
-                                timeout=30)
+                                timeout=timeouts.SLURM_SCONTROL_SECS)
     except (OSError, subprocess.SubprocessError) as exc:
         return str(exc)
     error = result.stderr.strip().removeprefix("scontrol: error: ")
