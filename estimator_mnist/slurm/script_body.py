@@ -27,9 +27,15 @@ say() {{ echo "estimator-mnist: $*"; }}
 
 stop=0
 step=
+USER_SIGNAL=0
 on_term() {{  # a cancel, a time limit near (--signal=B:TERM@N), scancel --batch, a requeue: stop at one saved step
   stop=1
-  if [ -n "$step" ]; then scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null; fi
+  [ -n "$step" ] || return 0
+  # A preemption without send_user_signal has signalled the steps itself; the warning that follows (the grace
+  # brings the job's end within --signal's lead) must not signal them again: a later SIGTERM ends a task at once.
+  if [ "$USER_SIGNAL" -eq 0 ] && scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null | grep -q ' PreemptTime=[0-9]'
+  then return 0; fi
+  scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null
 }}
 trap on_term TERM
 
@@ -71,8 +77,12 @@ finish() {{  # the job ends with $1: its step's records in model_dir go with it
 
 # Ports: each task holds a free port of its own on its node and publishes it in model_dir before TensorFlow
 # starts (plan/slurm_ports.py); where slurm.conf reserves ports (MpiParams=ports=...), those Slurm gives the step.
+# PreemptParameters=send_user_signal: a preemption signals the batch shell only (its --signal), not the steps.
+CONFIG=$(scontrol show config 2>/dev/null)
 RESV=()
-if scontrol show config 2>/dev/null | grep -Eq '^MpiParams[[:space:]]*=.*ports='; then RESV=(--resv-ports={ntasks}); fi
+if grep -Eq '^MpiParams[[:space:]]*=.*ports=' <<<"$CONFIG"; then RESV=(--resv-ports={ntasks}); fi
+USER_SIGNAL=0
+if grep -Eq '^PreemptParameters[[:space:]]*=.*send_user_signal' <<<"$CONFIG"; then USER_SIGNAL=1; fi
 
 reruns=0  # this run of the job's, for the log names; the restart budget counts them (model_dir/restart_budget.json)
 while :; do

@@ -50,7 +50,8 @@ RUNNING = "JobState=RUNNING Reason=None Restarts=0 PreemptTime=None"
 FAKE_SCONTROL = r"""#!/bin/bash
 echo "scontrol $*" >> "$FAKE/calls"
 case "$1 $2 $3" in
-  "show config "*) [ -e "$FAKE/mpi_ports" ] && echo "MpiParams               = ports=20000-20999"; exit 0 ;;
+  "show config "*) [ -e "$FAKE/mpi_ports" ] && echo "MpiParams               = ports=20000-20999"
+    [ -e "$FAKE/user_signal" ] && echo "PreemptParameters       = send_user_signal"; exit 0 ;;
   "-o show job") echo "JobId=$4 JobName=job $(cat "$FAKE/job" 2>/dev/null || echo "$RUNNING") Partition=em" \
     "Command=$FAKE/job.sh"; exit 0 ;;
   "-o show partition") echo "PartitionName=$4 PreemptMode=$(cat "$FAKE/preempt_mode" 2>/dev/null || echo OFF)" \
@@ -236,6 +237,17 @@ def test_a_preemption_requeues_in_requeue_mode_and_ends_the_job_in_cancel_mode(f
             f"(sbatch {fake[0] / 'job.sh'})" in line, line
         summary = summary_of(fake)
         assert summary["slurm"]["event"] == "preempted-cancel" and "not requeued" in summary["status"], summary
+
+
+@pytest.mark.parametrize("send_user_signal", [False, True])
+def test_the_warning_after_a_preemption_signals_the_steps_only_where_slurm_did_not(fake, send_user_signal):
+    """Without send_user_signal Slurm SIGTERMs the steps at the grace's start, and the batch shell's --signal
+    warning follows (the grace brings the job's end near): a second SIGTERM would end the tasks at once."""
+    if send_user_signal:
+        (fake[0] / "user_signal").write_text("")
+    code, out, calls = stop_the_step(fake, 200, job=PREEMPTED, mode="REQUEUE")
+    assert ("scancel --signal=TERM 77" in calls) == send_user_signal, calls
+    assert code == 0 and "scontrol requeue 77" in calls and "requeueing the job" in out, out
 
 
 @pytest.mark.parametrize("job, nodes, event", [
