@@ -56,13 +56,11 @@ say "job $SLURM_JOB_ID (requeued ${{SLURM_RESTART_COUNT:-0}} times) on $SLURM_JO
 # The step stopped with 200, or the batch shell got SIGTERM: before anything else, Slurm says what happened
 # (supervise/slurm_job_end.py): a step stopped by a user or a failed task runs again within the restart budget;
 # a preemption (whatever PreemptParameters) requeues the job at once in REQUEUE mode and ends it in CANCEL mode;
-# a job Slurm or an operator requeued is left to resume; a cancel is final. Its last line is the next move.
+# a job Slurm or an operator requeued is left to resume; a cancel is final. It says the next move on fd 3.
 after_stop() {{
-  local out next
-  out=$("${{PY[@]}}" -m estimator_mnist.supervise.slurm_job_end "${{TRAIN_ARGS[@]}}" --signalled "$stop" --seen "$1" \\
-    ${{2:+--early}})
-  next=${{out##*$'\\n'}}
-  [ "$out" = "$next" ] || printf '%s\\n' "${{out%$'\\n'*}}"
+  local next
+  {{ next=$("${{PY[@]}}" -m estimator_mnist.supervise.slurm_job_end "${{TRAIN_ARGS[@]}}" --signalled "$stop" \\
+      --seen "$1" ${{2:+--early}} --move-fd 3 3>&1 1>&4); }} 4>&1  # its lines to the job's output as they come, its move on fd 3
   case "$next" in
     rerun) reruns=$((reruns + 1)) ;;
     wait) ;;

@@ -2,8 +2,8 @@
 
 `python -m estimator_mnist.supervise.slurm_job_end TRAIN_ARGS --signalled 0|1 --seen TEXT` runs in the batch
 shell before any further step. It asks Slurm what happened (slurm_job_state.py), acts, prints the job's lines
-(`estimator-mnist: ...`) and, last, the script's next move on a line of its own, which the script takes off
-its output: `rerun` (run the step again) or `exit N` (end the batch shell with N):
+(`estimator-mnist: ...`) and, last, the script's next move (on --move-fd, else as the last line of stdout):
+`rerun` (run the step again) or `exit N` (end the batch shell with N):
 - nothing of Slurm's (a user's `scancel --signal`, a task failed): the restart budget counts the step
   (slurm_reruns.py): `rerun`, or `exit 1` past the budget;
 - a preemption in REQUEUE mode (with or without send_user_signal, the grace time not over), a time limit's
@@ -115,6 +115,7 @@ def after_stop(config, cluster_file: str, environ: Mapping[str, str], signalled:
         if mark is not None:
             RestartBudget(job_of(environ, None), config.restart.max_restarts, config.model_dir).record_preemption(
                 mark, step)
+        write_summary(config, cluster_file, environ, event=(word, _event(why)))  # first: SIGKILL may follow
         say(f"{seen}; {_event(why)}: it resumes from step {step}")
         code = 0
     elif word == PREEMPTED_CANCEL:
@@ -138,6 +139,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seen", default="the step stopped", help="what the script saw, for its line")
     parser.add_argument("--ended", type=int, help="the job ends with this code: remove its records")
     parser.add_argument("--early", action="store_true", help="the step still stops: act only on Slurm's requeue")
+    parser.add_argument("--move-fd", type=int, help="the script's next move on this file descriptor, not stdout")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a requeue's or a cancel's SIGTERM: this still says its word
     code = args.ended  # the job's own code stands when only its records could not be removed
@@ -154,7 +156,11 @@ def main(argv=None) -> int:
         say(f"error: {exc}")
         if code is None:
             code = RETRYABLE_EXIT_CODE if isinstance(exc, RetryableFailure) else 1
-    print({RERUN_STEP: "rerun", WAIT_STEP: "wait"}.get(code, f"exit {code}"), flush=True)
+    move = {RERUN_STEP: "rerun", WAIT_STEP: "wait"}.get(code, f"exit {code}")
+    if args.move_fd is None:
+        print(move, flush=True)
+    else:
+        os.write(args.move_fd, f"{move}\n".encode())
     return 0
 
 
