@@ -173,17 +173,13 @@ def stop_the_step(fake, step_ends, batch=True, job=None, mode=None):
     return proc.returncode, out, (tmp_path / "calls").read_text()
 
 
-def signal_the_batch_shell(fake, step_ends):
-    return stop_the_step(fake, step_ends)
-
-
 def summary_of(fake):
     return json.loads((fake[0] / "run" / "run_summary.json").read_text())
 
 
 def test_a_signalled_batch_shell_stops_the_step_and_requeues(fake):
     """A time limit's warning (--signal=B:TERM@N) or scancel --batch: RUNNING, not preempted."""
-    code, out, calls = signal_the_batch_shell(fake, 200)
+    code, out, calls = stop_the_step(fake, 200)
     assert "scancel --signal=TERM 77" in calls and "scontrol requeue 77" in calls
     assert code == 0 and "requeueing the job" in out and steps_run(fake) == 1
 
@@ -287,7 +283,7 @@ def test_a_requeue_refused_says_so_once_and_ends_the_job_with_200(fake):
 def test_a_signal_that_meets_a_final_outcome_does_not_requeue(fake, step_ends):
     """The step finished (0) or failed for good (1, 2) as the signal came: the job ends with that code."""
     (fake[0] / "model" / "slurm" / "77").mkdir(parents=True)
-    code, out, calls = signal_the_batch_shell(fake, step_ends)
+    code, out, calls = stop_the_step(fake, step_ends)
     assert code == step_ends and "scontrol requeue" not in calls and "requeueing" not in out, out
     assert f"but the step's code is {step_ends}: not requeued" in out and steps_run(fake) == 1
     assert not (fake[0] / "model" / "slurm" / "77").exists()  # the job ended: its records with it
