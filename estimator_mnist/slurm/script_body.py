@@ -31,11 +31,14 @@ USER_SIGNAL=0
 on_term() {{  # a cancel, a time limit near (--signal=B:TERM@N), scancel --batch, a requeue: stop at one saved step
   stop=1
   [ -n "$step" ] || return 0
-  # A preemption without send_user_signal has signalled the steps itself; the warning that follows (the grace
-  # brings the job's end within --signal's lead) must not signal them again: a later SIGTERM ends a task at once.
-  if [ "$USER_SIGNAL" -eq 0 ] && scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null | grep -q ' PreemptTime=[0-9]'
-  then return 0; fi
-  scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null
+  local job
+  job=$(timeout 10 scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null)
+  # Slurm signals the steps itself when it ends or requeues the job (a cancel, a node lost); so does a preemption
+  # without send_user_signal, and the warning that follows it (the grace brings the job's end within --signal's
+  # lead) must not signal them again: a later SIGTERM ends a task at once, without its saved step.
+  case "$job" in *" JobState=RUNNING "*) ;; "") ;; *) return 0 ;; esac
+  if [ "$USER_SIGNAL" -eq 0 ] && [[ "$job" == *" PreemptTime="[0-9]* ]]; then return 0; fi
+  timeout 10 scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null
 }}
 trap on_term TERM
 
