@@ -166,7 +166,7 @@ def test_a_job_whose_nodes_share_only_a_bucket_trains_evaluates_and_exports_ther
                                                                                   gcs_server, monkeypatch):
     """model_dir on a bucket (the real GCS API server, through the tests' proxy listening inside each node's
     network namespace on one port, as every job gets the submitting environment): checkpoints, evaluations,
-    the export and the tasks' port records all in the bucket."""
+    the export and the tasks' port records all in the bucket, the records removed at the job's end."""
     from tests.gcs_netns import NamespaceListener  # pylint: disable=import-outside-toplevel
     from tests.ports import free_loopback_ports  # pylint: disable=import-outside-toplevel
 
@@ -197,7 +197,8 @@ def test_a_job_whose_nodes_share_only_a_bucket_trains_evaluates_and_exports_ther
         assert evaluations and evaluations[-1]["final"] and evaluations[-1]["global_step"] >= 30
         assert evaluations[-1]["export"].startswith(model_dir + "/export/latest/")
         names = gcs_server.objects(bucket)
-        assert "run/model.ckpt-30.index" in names and any(n.startswith(f"run/slurm/{job_id}/") for n in names)
+        # The tasks' port and end records were in the bucket too, and went with the job's end.
+        assert "run/model.ckpt-30.index" in names and not any(n.startswith(f"run/slurm/{job_id}/") for n in names)
         assert not list(tmp_path.glob("**/gs:*")) and gcs_server.proxy.refused == []
     finally:
         for listener in listeners:
