@@ -92,8 +92,9 @@ def _requeued_why(fields: Dict[str, str], facts: SlurmFacts, seen: str) -> str:
         return f"{seen}: requeued and held (scontrol requeuehold): it resumes once released (scontrol release)"
     if fields.get("PreemptTime", "None") not in ("None", "Unknown", ""):
         return f"{seen}: preempted and requeued by Slurm at its grace time's end (PreemptMode=REQUEUE)"
-    down = facts.down_of(fields.get("NodeList") or facts.nodelist) if (fields.get("NodeList") or facts.nodelist) \
-        else []
+    # This run's nodes, from the batch shell's environment: a requeued job's NodeList may already read (null).
+    nodelist = facts.nodelist or fields.get("NodeList", "").replace("(null)", "")
+    down = facts.down_of(nodelist) if nodelist else []
     if down:
         return f"{seen}: requeued by Slurm after a node failure ({', '.join(down)})"
     return f"{seen}: requeued by an operator (scontrol requeue)"

@@ -63,6 +63,13 @@ def test_a_requeue_by_slurm_or_an_operator_is_named_never_cancelled(fields, down
     assert verdict(fields, facts(down=down, restarts=1))[0] == CANCELLED  # the same state, no requeue since
 
 
+def test_a_node_failure_is_read_on_this_run_s_nodes_not_the_requeued_job_s_nodelist():
+    asked = []
+    facts = SlurmFacts(0, lambda partition: None, lambda nodes: asked.append(nodes) or ["n2 DOWN*"], "n[1-2]")
+    assert "node failure (n2 DOWN*)" in verdict({**REQUEUED, "NodeList": "(null)"}, facts)[1]
+    assert asked == ["n[1-2]"]
+
+
 def test_the_verdict_says_what_it_saw():
     assert verdict(AFTER_SCANCEL, facts()) == (CANCELLED, "JobState=COMPLETING Reason=None Restarts=0: cancelled "
                                                           "(scancel)")
