@@ -42,7 +42,7 @@ STORAGE_RETRY_SECS = storage_bounds.STORAGE_RETRY_SECS
 STORAGE_REQUEST_SECS = storage_bounds.STORAGE_REQUEST_SECS
 LOCK_STALE_SECS = storage_bounds.LOCK_STALE_SECS
 READ_RETRY_SECS = storage_bounds.READ_RETRY_SECS  # a checkpoint or record a disk failed to serve: read again
-SLURM_SCONTROL_SECS = 30.0  # a signalled Slurm batch shell: `scontrol show job`, to tell a cancel from a warning
+SLURM_SCONTROL_SECS = 30.0  # a Slurm batch shell after a stop: each scontrol call (show job, partition, node; requeue)
 SLURM_PORTS_WAIT_SECS = 120.0  # a Slurm step's task: its peers' ports published in model_dir by then
 SLURM_TRIAL_STOP_GRACE_SECS = 3.0  # a Slurm sweep's condemned trial: its SIGTERM repeated after this ends it
 SERVE_REQUEST_TIMEOUT_MS = 30000  # serve --request-timeout-ms: TF Serving's --rest_api_timeout_in_ms
@@ -134,8 +134,9 @@ TIMEOUTS = (
     _c("SLURM_SIGNAL_MARGIN_SECS", "the Slurm batch script", "before the job's time limit",
        "Slurm's SIGTERM comes preemption_grace_secs + this before the limit (#SBATCH --signal)",
        "", "-", "slurm/batch_script.py"),
-    _c("SLURM_SCONTROL_SECS", "the Slurm batch script; a sweep's array task", "after a SIGTERM to the batch shell",
-       "the job's state is taken as unknown: the job is requeued, as after a preemption",
+    _c("SLURM_SCONTROL_SECS", "the Slurm batch script; a sweep's array task",
+       "after a SIGTERM to the batch shell or a step's stop: each scontrol call",
+       "the state is taken as unknown: the job is requeued after a signal to the batch shell, else the step reruns",
        "its state could not be read from scontrol", "-", "supervise/slurm_job_state.py"),
     _c("SLURM_PORTS_WAIT_SECS", "train under srun", "before TensorFlow starts, each task of a Slurm step",
        "the task stops waiting for its peers' ports (published in model_dir/slurm) and exits",

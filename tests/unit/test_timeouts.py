@@ -36,6 +36,8 @@ NOT_BOUNDS_IN_CODE = {
     ("plan/slurm_ports.py", "POLL_SECS"): "how often a Slurm step's tasks look for their peers' ports",
     ("supervise/task_parent.py", "REPEAT_SECS"): "a second SIGTERM within it is the same request",
     ("supervise/task_parent.py", "GATE_POLL_SECS"): "how often the evaluator's start gate is looked at",
+    ("supervise/task_parent.py", "POLL_SECS"): "how often train's parent looks at its TensorFlow process",
+    ("frozen_time.py", "FROZEN_GAP_SECS"): "how late a poll tells a process stopped from a slow one: no bound",
     ("sweep/scheduler.py", "POLL_SECS"): "how often the sweep looks at its trials",
     ("tf_model/serve/server.py", "TRIM_SECS"): "how often serve hands freed memory back to the system",
     ("sweep/scheduler.py", "SAVE_EVERY_SECS"): "how often sweep.json is written",
