@@ -38,13 +38,13 @@ ERR_BAD_RECORD = ("{record}: not a lock scheme record ({found!r}); remove it whi
                   "the next holder records the scheme again")
 
 
-def _record_path(path: str) -> str:
-    return storage.join(storage.parent(path), SCHEME_FILE)
+def _record_path(directory: str) -> str:
+    return storage.join(directory, SCHEME_FILE)
 
 
-def recorded_scheme(path: str) -> Optional[str]:
-    """The scheme recorded for the directory of lock `path`: FLOCK, LEASE or None (not yet decided)."""
-    record = _record_path(path)
+def recorded_scheme(directory: str) -> Optional[str]:
+    """The scheme recorded for `directory`: FLOCK, LEASE or None (not yet decided)."""
+    record = _record_path(directory)
     data, _ = storage.read_versioned(record)
     if data is None:
         return None
@@ -53,17 +53,17 @@ def recorded_scheme(path: str) -> Optional[str]:
     except (ValueError, AttributeError):
         scheme = None
     if scheme not in (FLOCK, LEASE):
-        raise PermanentFailure(ERR_BAD_RECORD.format(record=record, found=data[:80], directory=storage.parent(path)))
+        raise PermanentFailure(ERR_BAD_RECORD.format(record=record, found=data[:80], directory=directory))
     return scheme
 
 
-def record_scheme(path: str, scheme: str) -> Tuple[str, bool]:
-    """Records `scheme` for the directory of lock `path` unless one is recorded there: (the scheme that holds,
-    whether this call recorded it)."""
+def record_scheme(directory: str, scheme: str) -> Tuple[str, bool]:
+    """Records `scheme` for `directory` unless one is recorded there: (the scheme that holds, whether this call
+    recorded it)."""
     record = json.dumps({"scheme": scheme, "host": socket.gethostname(), "pid": os.getpid()}).encode()
-    if storage.write_if_version(_record_path(path), record, 0) is not None:
+    if storage.write_if_version(_record_path(directory), record, 0) is not None:
         return scheme, True
-    return recorded_scheme(path) or scheme, False
+    return recorded_scheme(directory) or scheme, False
 
 
 def mount_of(path: str):
@@ -81,17 +81,17 @@ def mount_of(path: str):
     return point, fstype
 
 
-def _refused(path: str, exc: OSError) -> PermanentFailure:
+def _refused(path: str, directory: str, exc: OSError) -> PermanentFailure:
     mount, fstype = mount_of(path)
-    return PermanentFailure(ERR_MOUNT_REFUSES.format(path=path, record=_record_path(path), mount=mount,
+    return PermanentFailure(ERR_MOUNT_REFUSES.format(path=path, record=_record_path(directory), mount=mount,
                                                      fstype=fstype, reason=os.strerror(exc.errno)))
 
 
 @contextlib.contextmanager
-def _flock_or_lease(path: str, log, blocking: bool, flock, lease_factory) -> Iterator[bool]:
+def _flock_or_lease(path: str, directory: str, log, blocking: bool, flock, lease_factory) -> Iterator[bool]:
     flock = flock or fcntl.flock
     storage.makedirs(storage.parent(path) or ".")
-    scheme = recorded_scheme(path)
+    scheme = recorded_scheme(directory)
     if scheme == LEASE:
         with _leased(path + LEASE_SUFFIX, blocking, lease_factory) as taken:
             yield taken
@@ -106,16 +106,16 @@ def _flock_or_lease(path: str, log, blocking: bool, flock, lease_factory) -> Ite
             if exc.errno not in NO_FLOCK:
                 raise
             if scheme == FLOCK:
-                raise _refused(path, exc) from None
-            scheme, mine = record_scheme(path, LEASE)
+                raise _refused(path, directory, exc) from None
+            scheme, mine = record_scheme(directory, LEASE)
             if scheme == FLOCK:
-                raise _refused(path, exc) from None
+                raise _refused(path, directory, exc) from None
             if mine:  # the first holder says why; the others follow the record
                 log(MSG_NO_FLOCK.format(path=path, reason=os.strerror(exc.errno), lease=path + LEASE_SUFFIX,
-                                        record=_record_path(path)))
+                                        record=_record_path(directory)))
         else:
             try:
-                scheme = scheme or record_scheme(path, FLOCK)[0]
+                scheme = scheme or record_scheme(directory, FLOCK)[0]
             finally:
                 if scheme != FLOCK:  # another holder recorded the lease first: this flock excludes no one
                     flock(handle, fcntl.LOCK_UN)
@@ -142,9 +142,10 @@ def _leased(path: str, blocking: bool, lease_factory) -> Iterator[bool]:
 
 @contextlib.contextmanager
 def exclusive(path, log: Callable[[str], None], blocking: bool = True, flock=None,
-              lease_factory=None) -> Iterator[bool]:
+              lease_factory=None, scheme_dir: Optional[str] = None) -> Iterator[bool]:
     """Holds the lock named `path` for the `with` block: yields True, or False when `blocking` is off and a live
-    holder has it. Storage errors are raised as what they are (errors.py); a mount that refuses the directory's
+    holder has it. `scheme_dir`: the directory whose record decides the scheme (the lock's own by default; a
+    sweep's trials follow the sweep directory's). Storage errors are raised as what they are (errors.py); a mount that refuses the directory's
     recorded scheme, as a PermanentFailure naming it; a write under a lease its holder may have lost, as
     LeaseLost (lease.py)."""
     path = str(path)
@@ -153,5 +154,6 @@ def exclusive(path, log: Callable[[str], None], blocking: bool = True, flock=Non
         with _leased(path + LEASE_SUFFIX, blocking, lease_factory) as taken:
             yield taken
         return
-    with _flock_or_lease(path, log, blocking, flock, lease_factory) as taken:
+    directory = str(scheme_dir) if scheme_dir is not None else storage.parent(path)
+    with _flock_or_lease(path, directory, log, blocking, flock, lease_factory) as taken:
         yield taken

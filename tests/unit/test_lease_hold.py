@@ -96,7 +96,7 @@ def _flock_refused(code):
 def test_a_mount_refusing_the_recorded_flock_stops_in_one_line_naming_it(tmp_path):
     path = str(tmp_path / "trial.lock")
     with lock.exclusive(path, print) as taken:  # the first holder: flock works, recorded
-        assert taken and lock.recorded_scheme(path) == lock.FLOCK
+        assert taken and lock.recorded_scheme(str(tmp_path)) == lock.FLOCK
     with pytest.raises(PermanentFailure) as info:
         with lock.exclusive(path, print, flock=_flock_refused(errno.ENOLCK)):
             pytest.fail("ran without a lock the others honour")
@@ -111,7 +111,7 @@ def test_where_the_lease_is_recorded_a_node_with_flock_takes_the_lease_too(tmp_p
     path, lines = str(tmp_path / "trial.lock"), []
     factory = lambda where: Lease(where, lines.append, beat_secs=0.05, sleep=lambda _: time.sleep(0.02))
     with lock.exclusive(path, lines.append, flock=_flock_refused(errno.ENOLCK), lease_factory=factory) as first:
-        assert first and lock.recorded_scheme(path) == lock.LEASE
+        assert first and lock.recorded_scheme(str(tmp_path)) == lock.LEASE
         with lock.exclusive(path, lines.append, blocking=False, lease_factory=factory) as second:
             assert second is False  # its flock would be granted, but it follows the record: held
     assert len(lines) == 1 and "does not support flock" in lines[0]

@@ -69,7 +69,7 @@ def test_without_flock_a_lease_excludes_the_others_and_is_released(tmp_path, cod
     # The first holder decided the scheme and said so once; the others followed the record.
     assert lines == [MSG_NO_FLOCK.format(path=path, reason=os.strerror(code), lease=path + LEASE_SUFFIX,
                                          record=str(tmp_path / SCHEME_FILE))]
-    assert recorded_scheme(path) == LEASE and _holder(path + LEASE_SUFFIX) is None
+    assert recorded_scheme(str(tmp_path)) == LEASE and _holder(path + LEASE_SUFFIX) is None
 
 
 def test_a_lease_whose_heartbeat_stopped_is_taken_over_by_the_waiter_s_own_clock(tmp_path):
