@@ -4,7 +4,7 @@ shared file system and on a bucket (gs://) alike. No TensorFlow.
 TensorFlow writes its own files (checkpoints, events, exports) through its file systems; everything the product
 itself keeps that another process, pod or later start reads goes through here: the restart budget and its last
 good copy, preemption marks, progress records, evaluations, checkpoint-repair records, sweep records, locks.
-One small interface over two stores (local.py, gcs.py), chosen by the path; errors are told apart the same way
+One small interface (store.py's Store protocol) over two stores (local.py, gcs.py), chosen by the path; errors are told apart the same way
 for both (errors.py); the lock rule is lock.py's, once for both. What is atomic:
 - `write_atomic`: a reader sees the old record or the new one, never part of one (a rename on disk; every
   object upload on a bucket);
@@ -137,6 +137,12 @@ def move(src, dst) -> None:
     store_for(src).move(str(src), _guarded(dst))
 
 
+def has_atomic_move(path) -> bool:
+    """Whether a move below `path` is one atomic rename (store.py): asked of the store, as TensorFlow's
+    file_io.has_atomic_move asks its file system, never guessed from the scheme."""
+    return bool(store_for(path).atomic_move)
+
+
 def read_versioned(path) -> Tuple[Optional[bytes], int]:
     return store_for(path).read_versioned(str(path))
 
@@ -147,7 +153,7 @@ def write_if_version(path, data: bytes, version: int, request_secs: Optional[flo
     return store_for(path).write_if_version(str(path), data, version, request_secs=request_secs)
 
 
-__all__ = ["append_line", "basename", "check_bucket", "exists", "guard_writes", "is_bucket", "isdir", "isfile", "join",
-           "listdir", "makedirs", "unguard_writes",
+__all__ = ["append_line", "basename", "check_bucket", "exists", "guard_writes", "has_atomic_move", "is_bucket", "isdir",
+           "isfile", "join", "listdir", "makedirs", "unguard_writes",
            "move", "parent", "read_bytes", "read_json", "read_text", "read_versioned", "remove", "rmtree",
            "store_for", "write_atomic", "write_if_version", "write_json"]

@@ -10,6 +10,10 @@ order, and that the waits that depend on a lock (CHECKPOINT_REPAIR_WAIT_SECS, SL
 takeover.
 """
 
+import os
+
+from estimator_mnist.errors import UsageError
+
 STORAGE_RETRY_SECS = 60.0  # a bucket request failing with 5xx, 429 or a lost connection: retried for this long
 STORAGE_REQUEST_SECS = 30.0  # one bucket request (connect and read) before it counts as failed and is retried
 LOCK_HEARTBEAT_SECS = 5.0  # how often a holder renews its lease (a rhythm, not a bound)
@@ -24,3 +28,22 @@ READ_RETRY_SECS = 2.0  # a model_dir file a disk failed to serve (EIO, ESTALE): 
 # A versioned record (a lease on a disk) whose listing names a version that is gone by the read (an NFS listing
 # lagging behind, or a successor's writer cleaning up): listed and read again, with a pause, for this long.
 VERSIONED_READ_SECS = 5.0
+RETRY_SECS_ENV = "ESTIMATOR_MNIST_STORAGE_RETRY_SECS"
+ERR_RETRY_SECS = ("{env}={value!r}: not a number of seconds above 0; unset it for the default "
+                  "({default:g} s) or give one such as 120")
+
+
+def storage_retry_secs() -> float:
+    """The storage bound in force: STORAGE_RETRY_SECS, or the environment's ESTIMATOR_MNIST_STORAGE_RETRY_SECS (a
+    job that must ride out a longer failover of its NFS server; the tests that prove what happens past it).
+    UsageError (exit 2) naming the variable when it is no positive number."""
+    text = os.environ.get(RETRY_SECS_ENV, "").strip()
+    if not text:
+        return STORAGE_RETRY_SECS
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise UsageError(ERR_RETRY_SECS.format(env=RETRY_SECS_ENV, value=text, default=STORAGE_RETRY_SECS))
+    return value

@@ -142,6 +142,7 @@ class GcsStore:
     """Every operation of the layer on a gs:// URL. Directories are name prefixes: they need no making."""
 
     name = "gcs"
+    atomic_move = False  # a rename is a copy then a delete, object by object
 
     @staticmethod
     def _blob(path: str):

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from estimator_mnist.checkpoints import ERR_READ_DENIED
+from estimator_mnist.storage.errors import ERR_DENIED
 from tests.helpers import REPO, error_pattern, free_ports
 from tests.system_packages import require_debian_packages
 from tests.unit.test_checkpoint_repair import _save_checkpoints
@@ -79,6 +79,6 @@ def test_a_state_file_the_storage_refuses_is_one_line_exit_1_and_not_rewritten(t
     os.chmod(state, 0)
     result, errors = _train_without_override(tmp_path, model_dir)
     assert result.returncode == 1, result.stderr[-3000:]
-    assert len(errors) == 1 and re.search(error_pattern(ERR_READ_DENIED), errors[0]), errors
+    assert len(errors) == 1 and re.search(error_pattern(ERR_DENIED), errors[0]), errors
     assert f"cannot read {state}: permission denied" in errors[0]
     assert state.read_bytes() == text and not (model_dir / "damaged").exists()

@@ -10,6 +10,7 @@ import tensorflow as tf
 from estimator_mnist.errors import PermanentFailure, RetryableFailure
 from estimator_mnist import storage
 from estimator_mnist.storage import lock
+from estimator_mnist.storage.bounds import STORAGE_RETRY_SECS
 from estimator_mnist.tf_task import checkpoint_repair
 from estimator_mnist.tf_task.checkpoint_repair import fall_back_to_intact, verify_checkpoint
 
@@ -189,14 +190,21 @@ def test_a_newest_checkpoint_the_storage_refuses_is_not_moved_and_is_one_line_ex
 
 
 def test_a_newest_checkpoint_the_storage_fails_to_serve_is_read_again_then_200(model_dir):
+    """Read again for the storage bound (its index file is there by every stat), then 200: nothing moved."""
     paths = _save_checkpoints(model_dir)
-    before, calls, slept = _files(model_dir), [], []
+    before, calls, now = _files(model_dir), [], [0.0]
     problem = checkpoint_repair.Problem(checkpoint_repair.UNAVAILABLE, "Stale file handle")
+
+    def sleep(secs):
+        now[0] += secs
+
     with pytest.raises(RetryableFailure) as error:
-        fall_back_to_intact(model_dir, print, verify=_failing(paths, problem, calls), sleep=slept.append)
+        fall_back_to_intact(model_dir, print, verify=_failing(paths, problem, calls), sleep=sleep,
+                            clock=lambda: now[0])
     assert str(error.value) == checkpoint_repair.ERR_UNAVAILABLE.format(
-        path=paths[-1], attempts=checkpoint_repair.READ_ATTEMPTS, problem="Stale file handle")
-    assert calls == [paths[-1]] * checkpoint_repair.READ_ATTEMPTS and len(slept) == checkpoint_repair.READ_ATTEMPTS - 1
+        path=paths[-1], secs=STORAGE_RETRY_SECS, problem="Stale file handle")
+    assert STORAGE_RETRY_SECS - 2 * checkpoint_repair.READ_RETRY_SECS <= now[0] <= STORAGE_RETRY_SECS
+    assert len(calls) > 3 and set(calls) == {paths[-1]}
     assert _files(model_dir) == before and tf.train.latest_checkpoint(model_dir) == paths[-1]
 
 
