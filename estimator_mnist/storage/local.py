@@ -196,7 +196,8 @@ class LocalStore:
             except FileExistsError:
                 # NFS: a LINK whose answer was lost is sent again, and the server's answer to the copy is EEXIST
                 # although the first made the link. open(2)'s recipe: the link count of the unique temporary
-                # file is 2 exactly when the link is ours (tests/unit/test_versioned_records.py).
+                # file is 2 exactly when the link is ours (test_versioned_records.py; test_lock_faults.py on the
+                # fault file system, with and without cached attributes).
                 if os.stat(tmp).st_nlink != 2:
                     return None
         finally:
