@@ -31,6 +31,7 @@ from estimator_mnist.storage.errors import (ERR_DENIED, ERR_NO_BUCKET, ERR_NO_CR
 from estimator_mnist.storage.urls import split
 
 RETRY_SECS, REQUEST_SECS = STORAGE_RETRY_SECS, STORAGE_REQUEST_SECS
+TOKEN_SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
 NO_TOKEN = "no access token: the token endpoint failed ({problem})"
 ERR_TOKEN_REFUSED = ("{path}: the token endpoint refused this job's credentials ({problem}): the service account key "
                      "was revoked or deleted, or the account disabled; give the job valid credentials "
@@ -89,6 +90,19 @@ def check_bucket(url: str) -> None:
         raise StorageUsageError(str(exc)) from None
 
 
+def check_token(path: str) -> None:
+    """Gets an access token with this process's credentials, as TensorFlow's own client gets one for itself:
+    returns once one is had (a retryable failure asked again within the storage bound). A token endpoint that
+    refuses the credentials: CredentialsRefused (exit 1); one that keeps failing: StorageUnavailable (exit 200);
+    no credentials: StorageUsageError; each naming `path`."""
+    _import_storage()
+    import google.auth  # pylint: disable=import-outside-toplevel
+    import google.auth.transport.requests  # pylint: disable=import-outside-toplevel
+    with mapped(path):
+        credentials, _ = google.auth.default(scopes=[TOKEN_SCOPE])
+        _retry()(credentials.refresh)(google.auth.transport.requests.Request())
+
+
 def _retry(deadline: Optional[float] = None):
     """The layer's retry: GCS's own predicate (5xx, 429, lost connections), and a token the credentials could
     not get for a reason google-auth calls retryable (RefreshError.retryable: the token endpoint's 5xx, which
@@ -101,6 +115,13 @@ def _retry(deadline: Optional[float] = None):
 
     return retry.Retry(predicate=predicate, initial=0.5, maximum=8.0, multiplier=2.0,
                        timeout=RETRY_SECS if deadline is None else deadline)
+
+
+def _refresh_text(exc: BaseException) -> str:
+    """A RefreshError's own words: its first argument ("invalid_grant: Invalid JWT Signature."), not the tuple of
+    it and the endpoint's whole answer that str() gives."""
+    first = exc.args[0] if exc.args else exc
+    return problem_text(first if isinstance(first, BaseException) else Exception(first))
 
 
 class CredentialsRefused(StorageDenied):
@@ -126,15 +147,15 @@ def mapped(path: str, writing: bool = False, secs: Optional[float] = None):
         raise StorageUsageError(ERR_NO_CREDENTIALS.format(path=path, problem=problem_text(exc))) from None
     except auth_errors.RefreshError as exc:
         if not exc.retryable:
-            raise CredentialsRefused(ERR_TOKEN_REFUSED.format(path=path, problem=problem_text(exc))) from None
+            raise CredentialsRefused(ERR_TOKEN_REFUSED.format(path=path, problem=_refresh_text(exc))) from None
         raise StorageUnavailable(ERR_UNAVAILABLE.format(path=path, secs=secs or RETRY_SECS, problem=NO_TOKEN.format(
-            problem=problem_text(exc)))) from None
+            problem=_refresh_text(exc)))) from None
     except (exceptions.RetryError, exceptions.ServerError, exceptions.TooManyRequests,
             requests.exceptions.RequestException, auth_errors.TransportError) as exc:
         cause = exc.cause if isinstance(exc, exceptions.RetryError) and exc.cause is not None else exc
         problem = problem_text(cause)
         if isinstance(cause, auth_errors.RefreshError):
-            problem = NO_TOKEN.format(problem=problem)
+            problem = NO_TOKEN.format(problem=_refresh_text(cause))
         raise StorageUnavailable(ERR_UNAVAILABLE.format(path=path, secs=secs or RETRY_SECS, problem=problem)) from None
 
 
