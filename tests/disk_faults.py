@@ -5,6 +5,7 @@ system's (tests/fault_fs/)."""
 from __future__ import annotations
 
 import builtins
+import os
 
 from estimator_mnist.storage import local
 from estimator_mnist.storage.bounds import RETRY_SECS_ENV
@@ -19,6 +20,18 @@ def failing_opens(monkeypatch, path: str, errors: list, forever: bool = False) -
         return builtins.open(where, *args, **kwargs)
 
     monkeypatch.setattr(local, "open", failing_open, raising=False)
+
+
+def failing_stats(monkeypatch, path: str, error: OSError) -> None:
+    """Every stat of `path` raises `error` (a stale NFS handle, an I/O error); other paths are stat'ed."""
+    real_stat = os.stat
+
+    def stat(where, *args, **kwargs):
+        if os.fspath(where) == path:
+            raise error
+        return real_stat(where, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
 
 
 def short_storage_bound(monkeypatch, secs: float = 1.0) -> float:

@@ -20,11 +20,11 @@ import sys
 import threading
 import time
 import urllib.parse
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import List, Optional, Tuple
 
 from tests.gcs_answers import UNAUTHENTICATED, TokenEndpoint, error_body, is_token_request, oauth_error
+from tests.gcs_faults import PRODUCT_AGENT, TF_AGENT, Fault, SeenRequest  # noqa: F401  (the faults' API)
 
 # The names TensorFlow 2.15's gs:// file system (compiled in) and Google's clients reach.
 GOOGLE_HOSTS = ("www.googleapis.com", "storage.googleapis.com", "oauth2.googleapis.com", "iamcredentials.googleapis.com")
@@ -35,34 +35,6 @@ DROPPED_HEADERS = {"connection", "keep-alive", "proxy-connection", "proxy-author
                    "transfer-encoding", "upgrade", "expect", "content-length"}
 UPSTREAM_TIMEOUT_SECS = 60  # the emulator answers on loopback in milliseconds; a hung one fails the request
 
-
-
-@dataclass(frozen=True)
-class SeenRequest:
-    method: str
-    host: str  # the name the client asked for (www.googleapis.com, storage.googleapis.com, 127.0.0.1:PORT)
-    target: str  # path and query, percent-decoded
-    body_head: str  # the first bytes of the body (latin-1), where a multipart upload names its object
-
-    def names(self, fragment: str) -> bool:
-        return fragment in self.target or fragment in self.body_head
-
-
-@dataclass
-class Fault:
-    """Answer the next `times` requests that match with `status` (or stall `stall_secs`, then close)."""
-    times: int
-    status: Optional[int] = None
-    stall_secs: float = 0.0
-    method: Optional[str] = None
-    name: Optional[str] = None  # a substring of the object name (or of the decoded path and query)
-    hits: int = 0
-    until: float = float("inf")  # a monotonic time: past it the fault matches nothing
-    body: Optional[dict] = None  # the answer's JSON (a token endpoint's invalid_grant), else GCS's error
-
-    def matches(self, request: SeenRequest) -> bool:
-        return self.hits < self.times and time.monotonic() < self.until and (
-            self.method is None or self.method == request.method) and (self.name is None or request.names(self.name))
 
 
 class QuietServer(ThreadingHTTPServer):
@@ -104,13 +76,15 @@ class GcsProxy:
         self.server.server_close()
 
     def inject(self, status: int, times: int = 1, method: Optional[str] = None, name: Optional[str] = None,
-               seconds: Optional[float] = None, body: Optional[dict] = None) -> Fault:
-        """The next `times` requests matching `method` (GET, POST, PUT, DELETE...; None: any) and `name` (a
-        substring of the object name, or of a token endpoint's path: "token"; None: any), within `seconds` from
-        now if given, are answered `status` (503, 429, 403 for a denied object...) with `body` or GCS's JSON
-        error body, without reaching the emulator. Returns the Fault; its `hits` counts them."""
+               agent: Optional[str] = None, seconds: Optional[float] = None, body: Optional[dict] = None) -> Fault:
+        """The next `times` requests matching `method` (GET, POST, PUT, DELETE...; None: any), `name` (a
+        substring of the object name, or of a token endpoint's path: "token"; None: any) and `agent` (a substring
+        of the User-Agent, e.g. TF_AGENT: one client's requests only), within `seconds` from now if given, are
+        answered `status` (503, 429, 403 for a denied object...) with `body` or GCS's JSON error body, without
+        reaching the emulator. Returns the Fault; its `hits` counts them."""
         until = time.monotonic() + seconds if seconds is not None else float("inf")
-        return self._arm(Fault(times=times, status=status, method=method, name=name, until=until, body=body))
+        return self._arm(Fault(times=times, status=status, method=method, name=name, agent=agent, until=until,
+                               body=body))
 
     def stall(self, seconds: float, times: int = 1, method: Optional[str] = None, name: Optional[str] = None) -> Fault:
         """The next `times` matching requests get no answer for `seconds`, then their connection is closed."""
@@ -127,6 +101,7 @@ class GcsProxy:
             for fault in self._faults:
                 if fault.matches(request):
                     fault.hits += 1
+                    fault.hit_agents.append(request.agent)
                     return fault
         return None
 
@@ -216,7 +191,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.proxy.note_refused(self.path)
             self._answer(403, b"this proxy reaches only the GCS emulator")
             return
-        request = SeenRequest(self.command, host, urllib.parse.unquote(target), body[:4096].decode("latin-1"))
+        request = SeenRequest(self.command, host, urllib.parse.unquote(target), body[:4096].decode("latin-1"),
+                              self.headers.get("User-Agent", ""))
         fault, token = self.proxy.take_fault(request), is_token_request(host, target)
         if fault is not None and fault.status is not None:
             self._answer(*(oauth_error(fault.status, fault.body) if token else (

@@ -187,13 +187,15 @@ TIMEOUTS = (
        "SIGKILL to the trials' groups that did not exit after SIGTERM", "", "-", "sweep/scheduler.py"),
     _c("SWEEP_EARLY_STOP_GRACE_SECS", "sweep", "a trial stopped early (median rule)",
        "SIGKILL to the trial's group", "", "-", "sweep/scheduler.py"),
-    _c("READ_RETRY_SECS", TF, "restoring: a checkpoint the storage failed to serve (NotFound, I/O)",
-       "read again after it, 3 reads in all; then the task ends, nothing moved",
-       "cannot read checkpoint <path> after 3 attempts", R, "tf_task/checkpoint_repair.py"),
-    _c("READ_RETRY_SECS", "the TensorFlow process, train, the Slurm batch script",
-       "reading the checkpoint state file, the restart budget's record or the preemption mark: the disk failed "
-       "to serve it (EIO, ESTALE)", "read again after it, 3 reads in all; then the process ends, nothing "
-       "rewritten", "cannot read <path> after 3 attempts", R, "checkpoints.py"),
+    _c("READ_RETRY_SECS", TF, "restoring: a checkpoint the storage failed to serve (NotFound, I/O); a checkpoint "
+       "that seems gone", "read again after it, until STORAGE_RETRY_SECS; then the task ends, nothing moved; "
+       "gone only when two stats this far apart say so", "cannot read checkpoint <path> for", R,
+       "tf_task/checkpoint_repair.py"),
+    _c("STORAGE_RETRY_SECS", "every process that reads or writes model_dir on a disk",
+       "a stat, listing, read or write failing with ESTALE, EIO, ETIMEDOUT (an NFS failover); "
+       "ESTIMATOR_MNIST_STORAGE_RETRY_SECS sets another bound", "asked again with backoff until then; then the "
+       "process ends naming the path, nothing rewritten", "<path>: the storage failed to serve it for", R,
+       "storage/local.py"),
     _c("CHECKPOINT_REPAIR_WAIT_SECS", TF, "a task other than the writer finds the newest checkpoint damaged or "
        "the state file unparsable", "it waits for the writer (chief, or worker 0) to repair them, then ends",
        "the writer has not repaired", R, "tf_task/checkpoint_repair.py"),

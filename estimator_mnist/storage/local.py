@@ -9,8 +9,9 @@ generation-matched write gives.
 
 Every answer is strict (errors.py): "absent" only on ENOENT or ENOTDIR; a refusal raises StorageDenied (exit 1);
 a storage that fails to serve (ESTALE, EIO, ETIMEDOUT: an NFS failover) is asked again for the storage bound
-(bounds.storage_retry_secs), then StorageUnavailable (exit 200) naming the path. `os.path.exists` and its kin
-answer False on any error, which took a stale handle for a missing checkpoint: none is used here.
+(STORAGE_RETRY_SECS, or bounds.storage_retry_secs), then StorageUnavailable (exit 200) naming the path.
+`os.path.exists` and its kin answer False on any error, which took a stale handle for a missing checkpoint:
+none is used here.
 """
 
 from __future__ import annotations

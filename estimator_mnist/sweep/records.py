@@ -55,10 +55,7 @@ def identity(base_data: dict, param_texts, samples: Optional[int], seed: int) ->
 def location(sweep_dir: str) -> str:
     """A --sweep-dir as the commands use it: a gs://BUCKET/PATH URL, or a local path made absolute; any other
     scheme is refused in one line naming what works (never Path() on a URL: it collapses gs:// to gs:/)."""
-    url = check_url(str(sweep_dir), "estimator-mnist", "--sweep-dir")
-    if url:
-        storage.check_bucket(url)  # a bucket that does not exist, or no credentials: one line, exit 2
-    return url or os.path.abspath(sweep_dir)
+    return check_url(str(sweep_dir), "estimator-mnist", "--sweep-dir") or os.path.abspath(sweep_dir)
 
 
 def trial_name(index: int) -> str:
@@ -114,6 +111,9 @@ def save(sweep_dir, record: dict) -> None:
 
 
 def read_sweep(sweep_dir) -> dict:
+    """The record of an existing sweep (sweep-status, ensemble): a bucket that does not exist, or no credentials,
+    is one line and exit 2 (storage.check_bucket), not "no sweep.json there"."""
+    storage.check_bucket(sweep_dir)
     record = read_record(sweep_dir)
     if record is None:
         raise UsageError(ERR_NOT_A_SWEEP.format(dir=sweep_dir, file=SWEEP_FILE))

@@ -8,6 +8,7 @@ a process of its own, that fails chosen operations on chosen paths with a chosen
         fs.inject("read", "model/*", errno.EIO, seconds=30)
         fs.lag_listing("model")          # readdir of model/ answers the listing of the call before
         fs.clear()                       # every rule and lag off
+        fs.failed()                      # how many operations the rules failed so far
 
 - Operations (tests/fault_fs/operations.py, OPERATIONS): "stat" (lookup and getattr), "open" (open, create,
   opendir), "read", "write", "list" (readdir), "flock", "rename" (rename, link), "remove", "mkdir", "fsync",
@@ -16,7 +17,9 @@ a process of its own, that fails chosen operations on chosen paths with a chosen
 - Caching: attr_timeout and entry_timeout are the kernel's (NFS's actimeo): a cached attribute is not asked
   again, so a "stat" rule hits a file only once its attributes expire; 0 asks every time.
 - flock passes through (FUSE_FLOCK_LOCKS): two mounts of one backing directory exclude each other
-  (tests/process/test_fault_fs.py proves it). POSIX (fcntl/lockf) locks stay each mount's own.
+  (tests/process/test_fault_fs.py proves it). LOCK_UN is through when flock() returns; a close is not: the
+  kernel sends FUSE's RELEASE after close() returns, so another mount may see the lock held a moment longer.
+  POSIX (fcntl/lockf) locks stay each mount's own.
 - The mount goes away when the `with` ends, also on an exception or a pytest timeout's exception:
   `fusermount3 -u -z`, then the process is waited for and killed by PID if it lingers. The process also
   exits when the test process dies (PR_SET_PDEATHSIG).
@@ -83,7 +86,7 @@ class FaultFS:
         self.backing, self.mountpoint, self.process = backing, mountpoint, process
         self._control, self._log = control, log
 
-    def _send(self, command: dict) -> None:
+    def _send(self, command: dict) -> str:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(10)
             sock.connect(self._control)
@@ -91,8 +94,9 @@ class FaultFS:
                 stream.write(json.dumps(command) + "\n")
                 stream.flush()
                 answer = stream.readline().strip()
-        if answer != "ok":
+        if answer != "ok" and not answer.startswith("ok "):
             raise FaultFSError(f"fault file system refused {command}: {answer or 'no answer'}")
+        return answer[3:]
 
     def inject(self, op: str, glob: str, errno_value: int, seconds: float) -> None:
         """Fails `op` on paths matching `glob` with `errno_value` for `seconds` from now."""
@@ -104,6 +108,10 @@ class FaultFS:
 
     def clear(self) -> None:
         self._send({"cmd": "clear"})
+
+    def failed(self) -> int:
+        """How many operations the rules have failed so far: proof that a test's fault was met."""
+        return int(self._send({"cmd": "failed"}))
 
     def log(self) -> str:
         with open(self._log, encoding="utf-8", errors="replace") as stream:

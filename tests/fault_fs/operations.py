@@ -52,6 +52,7 @@ class Faults:
         self._rules: List[Rule] = []
         self._lag_globs: List[str] = []
         self._last_listing: Dict[str, List[str]] = {}
+        self.failed = 0  # the operations failed so far: a test proves its fault was met
 
     def add(self, op: str, glob: str, errno_value: int, seconds: float) -> None:
         if op not in OPERATIONS and op != "all":
@@ -79,6 +80,7 @@ class Faults:
             self._rules = [rule for rule in self._rules if rule.until > now]
             for rule in self._rules:
                 if (rule.op == "all" or callback in OPERATIONS[rule.op]) and fnmatch.fnmatchcase(rel, rule.glob):
+                    self.failed += 1
                     raise mfusepy.FuseOSError(rule.errno_value)
 
     def listing(self, path: str, names: List[str]) -> List[str]:

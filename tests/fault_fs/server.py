@@ -4,6 +4,7 @@ takes rules on a Unix socket, one JSON object a line, answering "ok" or "error: 
     {"cmd": "inject", "op": "stat", "glob": "model/model.ckpt-200*", "errno": 116, "seconds": 10}
     {"cmd": "lag", "glob": "model", "on": true}
     {"cmd": "clear"}
+    {"cmd": "failed"}        (answers "ok N": the operations failed so far)
 
 It exits (and libfuse unmounts) on SIGTERM, on `fusermount3 -u`, and when its parent dies (PR_SET_PDEATHSIG), so
 a test runner killed mid-test leaves no live file system behind.
@@ -37,6 +38,8 @@ def _answer(faults: Faults, line: str) -> str:
             faults.lag(command["glob"], bool(command["on"]))
         elif command["cmd"] == "clear":
             faults.clear()
+        elif command["cmd"] == "failed":
+            return f"ok {faults.failed}"
         else:
             return f"error: unknown command {command['cmd']!r}"
     except (ValueError, KeyError, TypeError) as error:

@@ -80,5 +80,5 @@ def test_a_state_file_the_storage_refuses_is_one_line_exit_1_and_not_rewritten(t
     result, errors = _train_without_override(tmp_path, model_dir)
     assert result.returncode == 1, result.stderr[-3000:]
     assert len(errors) == 1 and re.search(error_pattern(ERR_DENIED), errors[0]), errors
-    assert f"cannot read {state}: permission denied" in errors[0]
+    assert f"{state}: the storage refused access (Permission denied)" in errors[0]
     assert state.read_bytes() == text and not (model_dir / "damaged").exists()

@@ -24,6 +24,7 @@ TIMED = re.compile(r"(secs|_ms|timeout|grace|deadline|seconds)$|timeout", re.IGN
 # Numbers in the code under such names that bound no wait: nothing fires when they pass. (module, name): why.
 NOT_BOUNDS_IN_CODE = {
     ("checkpoints.py", "poll_secs"): "how often the final evaluation is looked for",
+    ("storage/local.py", "FIRST_RETRY_SECS"): "the first pause before a failing disk is asked again",
     ("progress.py", "WRITE_EVERY_SECS"): "how often a progress record is written",
     ("progress.py", "FRESH_SECS"): "how recent a record must be for its rate to count",
     ("supervise/child_stderr.py", "PARTIAL_LINE_SECS"): "when a partial line is passed on",
