@@ -15,6 +15,7 @@ import os
 import time
 
 from tests.gcs_answers import tokens_env, write_service_account_key
+from tests.gcs_faults import TF_AGENT
 from tests.helpers import start_launch, write_cluster
 
 YAML = """
@@ -51,6 +52,12 @@ def test_a_token_endpoint_answering_503_for_20_s_mid_run_then_recovering_the_run
     token_hosts = {r.host for r in gcs_server.proxy.seen() if "token" in r.target}
     gcs_server.proxy.reset()
     assert proc.returncode == 0 and lines[-1].startswith("finished:") and "global_step=60" in lines[-1], out[-4000:]
-    assert outage.hits > 0 and token_hosts == {"oauth2.googleapis.com", "www.googleapis.com"}, out[-4000:]
+    assert token_hosts == {"oauth2.googleapis.com", "www.googleapis.com"}, out[-4000:]
+    # Both clients met the outage: TensorFlow's token requests (User-Agent "TSL") and the product's.
+    assert any(TF_AGENT in agent for agent in outage.hit_agents), (outage.hit_agents, out[-4000:])
+    assert any(TF_AGENT not in agent for agent in outage.hit_agents), (outage.hit_agents, out[-4000:])
+    logs = "".join(p.read_text(errors="replace") for p in (tmp_path / "run").rglob("*.log"))
+    told = [line for line in logs.splitlines() if "TensorFlow's request went without an access token" in line]
+    assert told and all("exiting with 200" in line for line in told), (told, out[-4000:])  # told apart, restarted
     assert "run/model.ckpt-60.index" in gcs_server.objects(bucket)
     assert "Traceback" not in out, out[-4000:]
