@@ -4,9 +4,9 @@ request asks for one) and refuses storage requests without one (tests/gcs_answer
 unset (it makes google-cloud-storage anonymous), and GOOGLE_AUTH_TOKEN_FOR_TESTING too (it skips TensorFlow's).
 
 The endpoint answers 503 for 20 s once the first checkpoint is in the bucket: the product's own requests ride
-it out (google-auth's RefreshError is retryable; the layer retries within STORAGE_RETRY_SECS); TensorFlow 2.15's
-request goes without a token and is refused (401), which the task tells apart from a key refused for good and
-ends with 200; launch restarts it (restart.policy: on_failure) and the run finishes. invalid_grant (a key
+it out (google-auth's RefreshError is retryable; the layer retries within STORAGE_RETRY_SECS); a TensorFlow 2.15
+request in that time goes without a token and is refused (401), which the task tells apart from a key refused
+for good and ends with 200; launch restarts it (restart.policy: on_failure) and the run finishes. invalid_grant (a key
 refused for good) is exit 2 before any task: tests/process/test_gcs_tokens.py."""
 
 from __future__ import annotations
@@ -53,11 +53,13 @@ def test_a_token_endpoint_answering_503_for_20_s_mid_run_then_recovering_the_run
     gcs_server.proxy.reset()
     assert proc.returncode == 0 and lines[-1].startswith("finished:") and "global_step=60" in lines[-1], out[-4000:]
     assert token_hosts == {"oauth2.googleapis.com", "www.googleapis.com"}, out[-4000:]
-    # Both clients met the outage: TensorFlow's token requests (User-Agent "TSL") and the product's.
-    assert any(TF_AGENT in agent for agent in outage.hit_agents), (outage.hit_agents, out[-4000:])
+    # The product's own requests met the outage (google-auth's token requests) and rode it out: before, its
+    # RefreshError was a traceback and exit 1. TensorFlow meets it only if it asks for a token within the 20 s
+    # (the chief's step waits on its progress record meanwhile, so it often does not); when it does, its 401 is
+    # told apart: exit 200, and launch restarts the task (tests/unit/test_bucket_errors.py has TF's own message).
     assert any(TF_AGENT not in agent for agent in outage.hit_agents), (outage.hit_agents, out[-4000:])
     logs = "".join(p.read_text(errors="replace") for p in (tmp_path / "run").rglob("*.log"))
     told = [line for line in logs.splitlines() if "TensorFlow's request went without an access token" in line]
-    assert told and all("exiting with 200" in line for line in told), (told, out[-4000:])  # told apart, restarted
+    assert all("exiting with 200" in line for line in told), (told, out[-4000:])
     assert "run/model.ckpt-60.index" in gcs_server.objects(bucket)
     assert "Traceback" not in out, out[-4000:]
