@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -34,7 +35,10 @@ class Fault:
     agent: Optional[str] = None  # a substring of the User-Agent: only that client's requests
     hits: int = 0
     hit_agents: List[str] = field(default_factory=list)  # the User-Agent of each request it answered
+    until: float = float("inf")  # a monotonic time: past it the fault matches nothing
+    body: Optional[dict] = None  # the answer's JSON (a token endpoint's invalid_grant), else GCS's error
 
     def matches(self, request: SeenRequest) -> bool:
-        return self.hits < self.times and (self.method is None or self.method == request.method) and (
+        return self.hits < self.times and time.monotonic() < self.until and (
+            self.method is None or self.method == request.method) and (
             self.name is None or request.names(self.name)) and (self.agent is None or self.agent in request.agent)

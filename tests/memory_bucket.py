@@ -48,7 +48,9 @@ class MemoryBucketStore:
             raise FileNotFoundError(errno.ENOENT, "No such object", path)
         return data
 
-    def write_if_version(self, path: str, data: bytes, version: int) -> Optional[int]:
+    def write_if_version(self, path: str, data: bytes, version: int,
+                         request_secs: Optional[float] = None) -> Optional[int]:
+        del request_secs  # answered at once
         self._check(path)
         with self._lock:
             if self.objects.get(path, (None, 0))[1] != version:

@@ -41,6 +41,9 @@ CHECKPOINT_REPAIR_WAIT_SECS = 120.0
 STORAGE_RETRY_SECS = storage_bounds.STORAGE_RETRY_SECS
 STORAGE_REQUEST_SECS = storage_bounds.STORAGE_REQUEST_SECS
 LOCK_STALE_SECS = storage_bounds.LOCK_STALE_SECS
+LOCK_HOLD_SECS = storage_bounds.LOCK_HOLD_SECS
+LOCK_REQUEST_SECS = storage_bounds.LOCK_REQUEST_SECS
+VERSIONED_READ_SECS = storage_bounds.VERSIONED_READ_SECS
 READ_RETRY_SECS = storage_bounds.READ_RETRY_SECS  # a checkpoint or record a disk failed to serve: read again
 SLURM_SCONTROL_SECS = 30.0  # a Slurm batch shell after a stop: each scontrol call (show job, partition, node; requeue)
 SLURM_PORTS_WAIT_SECS = 120.0  # a Slurm step's task: its peers' ports published in model_dir by then
@@ -200,9 +203,21 @@ TIMEOUTS = (
        "the state file unparsable", "it waits for the writer (chief, or worker 0) to repair them, then ends",
        "the writer has not repaired", R, "tf_task/checkpoint_repair.py"),
     _c("LOCK_STALE_SECS", "every process that locks in model_dir or a sweep directory",
-       "a lease (a bucket, or a file system without flock): its holder's heartbeat has not moved",
-       "the lease is taken over, judged by the waiter's own clock (its holder died or hung)",
-       "took over the lock of <host> pid <pid>", "-", "storage/lock.py"),
+       "a lease (a bucket, or a directory whose recorded scheme is the lease): its holder's heartbeat has not "
+       "moved", "the lease is taken over, judged by the waiter's own clock (its holder died or hung); "
+       "3 x (LOCK_HEARTBEAT_SECS + LOCK_REQUEST_SECS) + a 10 s margin",
+       "took over the lock of <host> pid <pid>", "-", "storage/lease.py"),
+    _c("LOCK_HOLD_SECS", "a lease's holder", "before each of its writes under the lease's directory: its last "
+       "renewal's age, on its own clock", "the write is not made and the holder stops (LOCK_STALE_SECS less the "
+       "margin: before any waiter may take over)", "<lease>: this process's lock was taken over by another", R,
+       "storage/lease.py"),
+    _c("LOCK_REQUEST_SECS", "a lease's holder", "one renewal of its lease on a bucket, retries included",
+       "that beat failed (its error kept for the holder's line); the next beat tries again", "", "-",
+       "storage/lease.py"),
+    _c("VERSIONED_READ_SECS", "every process that takes a lease on a disk",
+       "a lease's listing names a version gone by the read (a lagging NFS listing)",
+       "listed and read again with a pause until then; then the process ends naming the lease",
+       "<lease>: the storage failed to serve it for", R, "storage/local.py"),
     _c("STORAGE_REQUEST_SECS", "every process that reads or writes a bucket", "one request to the bucket",
        "the request counts as failed and is retried (STORAGE_RETRY_SECS)", "", "-", "storage/gcs.py"),
     _c("STORAGE_RETRY_SECS", "every process that reads or writes a bucket",

@@ -24,10 +24,12 @@ import time
 import uuid
 from typing import Callable, List, Optional, Tuple, TypeVar
 
-from estimator_mnist.storage.bounds import READ_RETRY_SECS, storage_retry_secs
-from estimator_mnist.storage.errors import is_absent, is_transient, named
+from estimator_mnist.storage.bounds import READ_RETRY_SECS, VERSIONED_READ_SECS, storage_retry_secs
+from estimator_mnist.storage.errors import ERR_UNAVAILABLE, StorageUnavailable, is_absent, is_transient, named
 
 VERSION_SEP = "."
+LISTING_PAUSE_SECS = 0.1  # between two listings of a versioned record (VERSIONED_READ_SECS bounds them)
+ERR_LISTING = "version {version} was listed but is gone when read: the directory's listing lags behind"
 
 
 def _temporary(path: str) -> str:
@@ -157,26 +159,33 @@ class LocalStore:
         return sorted((int(entry[len(prefix):]) for entry in self.listdir(head or ".")
                        if entry.startswith(prefix) and entry[len(prefix):].isdigit()), reverse=True)
 
-    # Versioned records: the storage-neutral compare-and-swap of lock.py.
     def read_versioned(self, path: str) -> Tuple[Optional[bytes], int]:
-        """The newest version's bytes and number; (None, 0) when there is none. A version removed between the
-        listing and the read (its successors' writer cleans up) is looked for again."""
-        for _ in range(100):
+        """The newest version's bytes and number; (None, 0) when there is none. A listed version gone by the read
+        (a successor's writer removed it, or an NFS listing lagged behind) is listed again after a pause, for
+        VERSIONED_READ_SECS at most; then StorageUnavailable names the record (exit 200), never a traceback."""
+        deadline = time.monotonic() + VERSIONED_READ_SECS
+        while True:
             versions = self._versions(path)
             if not versions:
                 return None, 0
             try:
                 return self.read_bytes(f"{path}{VERSION_SEP}{versions[0]}"), versions[0]
             except FileNotFoundError:
-                continue
-        raise FileNotFoundError(f"{path}: its versions kept changing while read")
+                if time.monotonic() >= deadline:
+                    raise StorageUnavailable(ERR_UNAVAILABLE.format(
+                        path=path, secs=VERSIONED_READ_SECS, problem=ERR_LISTING.format(
+                            version=versions[0]))) from None
+                time.sleep(LISTING_PAUSE_SECS)
 
-    def write_if_version(self, path: str, data: bytes, version: int) -> Optional[int]:
+    def write_if_version(self, path: str, data: bytes, version: int,
+                         request_secs: Optional[float] = None) -> Optional[int]:
         """Writes version `version + 1` if no one has: its number, else None (another writer was first).
 
         Two versions stay (the newest and the one before): a writer whose listing lagged by one version finds
         the name it wants taken. After its link the writer lists once more, and a newer version than its own
-        (a listing that lagged further) makes its write lost: it removes its own version and reports None."""
+        (a listing that lagged further) makes its write lost: it removes its own version and reports None.
+        `request_secs` is a bucket's: a system call has no bound to give."""
+        del request_secs
         new = f"{path}{VERSION_SEP}{version + 1}"
         tmp = _temporary(path)
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -186,7 +195,12 @@ class LocalStore:
             try:
                 os.link(tmp, new)  # EEXIST when another writer made this version first: one winner
             except FileExistsError:
-                return None
+                # NFS: a LINK whose answer was lost is sent again, and the server's answer to the copy is EEXIST
+                # although the first made the link. open(2)'s recipe: the link count of the unique temporary
+                # file is 2 exactly when the link is ours (test_versioned_records.py; test_lock_faults.py on the
+                # fault file system, with and without cached attributes).
+                if os.stat(tmp).st_nlink != 2:
+                    return None
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(tmp)

@@ -58,5 +58,7 @@ class Store(Protocol):
     def read_versioned(self, path: str) -> Tuple[Optional[bytes], int]:
         """The newest version's bytes and number; (None, 0) when there is none."""
 
-    def write_if_version(self, path: str, data: bytes, version: int) -> Optional[int]:
-        """Writes version `version + 1` if no one has: its number, else None (another writer was first)."""
+    def write_if_version(self, path: str, data: bytes, version: int,
+                         request_secs: Optional[float] = None) -> Optional[int]:
+        """Writes version `version + 1` if no one has: its number, else None (another writer was first).
+        `request_secs`: the whole write's bound where the store can give one (a lease's heartbeat)."""

@@ -12,7 +12,7 @@ a process of its own, that fails chosen operations on chosen paths with a chosen
 
 - Operations (tests/fault_fs/operations.py, OPERATIONS): "stat" (lookup and getattr), "open" (open, create,
   opendir), "read", "write", "list" (readdir), "flock", "rename" (rename, link), "remove", "mkdir", "fsync",
-  or "all". The glob is fnmatch's, on the path relative to the mount's root ('' is the root itself).
+  "linked" (a link made, then answered with the errno: a retransmitted LINK), or "all". The glob is fnmatch's, on the path relative to the mount's root ('' is the root itself).
 - `inject` returns once the rule is in force; its seconds run from then.
 - Caching: attr_timeout and entry_timeout are the kernel's (NFS's actimeo): a cached attribute is not asked
   again, so a "stat" rule hits a file only once its attributes expire; 0 asks every time.

@@ -27,6 +27,9 @@ OPERATIONS = {
     "stat": ("getattr",), "open": ("open", "create", "opendir"), "read": ("read",), "write": ("write",),
     "list": ("readdir",), "flock": ("flock",), "rename": ("rename",), "remove": ("unlink", "rmdir"),
     "mkdir": ("mkdir",), "fsync": ("fsync", "flush"),
+    # A link made, then answered with the rule's errno: NFS's answer to a retransmitted LINK whose first copy
+    # succeeded (EEXIST), which the lock issue's st_nlink check must see through.
+    "linked": ("linked",),
 }
 
 
@@ -201,6 +204,7 @@ class FaultOperations(mfusepy.Operations):
     @_fuse_errors
     def link(self, target, source):
         os.link(self._real("rename", source), self._real("rename", target))
+        self.faults.check("linked", target)
 
     @_fuse_errors
     def symlink(self, target, source):

@@ -64,7 +64,8 @@ def test_a_checkpoint_the_storage_refuses_is_one_line_exit_1_and_stays(tmp_path)
     result, errors = _train_without_override(tmp_path, model_dir)
     assert result.returncode == 1, result.stderr[-3000:]
     assert len(errors) == 1 and f"cannot read checkpoint {paths[-1]}: permission denied" in errors[0], errors
-    assert sorted(os.listdir(model_dir)) == sorted(before + [".checkpoint-check.lock"])
+    # Only the check's lock and its directory's lock scheme record (storage/lock.py) are new.
+    assert sorted(os.listdir(model_dir)) == sorted(before + [".checkpoint-check.lock", ".lock-scheme.json.1"])
     assert not (model_dir / "damaged").exists()
 
 

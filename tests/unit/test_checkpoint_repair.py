@@ -175,7 +175,8 @@ def _failing(paths, problem, calls):
 
 
 def _files(model_dir):
-    return sorted(name for name in os.listdir(model_dir) if name != checkpoint_repair.LOCK_FILE)
+    return sorted(name for name in os.listdir(model_dir) if name != checkpoint_repair.LOCK_FILE
+                  and not name.startswith(lock.SCHEME_FILE))
 
 
 def test_a_newest_checkpoint_the_storage_refuses_is_not_moved_and_is_one_line_exit_1(model_dir):
