@@ -4,9 +4,10 @@ bucket alike, through the storage layer.
 The launcher polls these while tasks run, so they must be cheap and must tolerate files that are being
 written: `latest_checkpoint`, `listed_steps` and `read_eval_results` answer None (or nothing) for a file they
 cannot read. What decides something that lasts (the checkpoint repair, the restart budget) reads strictly
-(`read_strict`, `latest_checkpoint(..., strict=True)`): a missing file is confirmed by a stat of the file itself,
-and any other read error is named as what it is, after the exit table: access refused is permanent (exit 1, the
-file named), a storage that fails to serve it is retryable (exit 200, after READ_ATTEMPTS reads).
+(`read_strict`, `latest_checkpoint(..., strict=True)`): a file is absent only when the storage says so (ENOENT,
+ENOTDIR, a bucket's 404; a checkpoint counts as gone only on `confirmed_absent`: two stats a retry interval
+apart, its directory's listing agreeing), and any other error is raised as the storage layer names it, after the exit table: access refused is permanent (exit 1,
+the file named), a storage that fails to serve it is retried for the storage bound, then retryable (exit 200).
 """
 
 from __future__ import annotations
@@ -18,49 +19,50 @@ import time
 from typing import List, Optional
 
 from estimator_mnist import storage
-from estimator_mnist.errors import PermanentFailure, RetryableFailure
+from estimator_mnist.errors import RetryableFailure
 from estimator_mnist.storage.bounds import READ_RETRY_SECS
-from estimator_mnist.storage.errors import StorageDenied, StorageUnavailable, problem_text
+from estimator_mnist.storage.errors import problem_text
 
 EVAL_RESULTS_FILE = "eval_results.jsonl"
 STATE_FILE = "checkpoint"
 INDEX_SUFFIX = ".index"
-# A file the storage failed to serve (EIO, ESTALE: an NFS client's stale handle) is read again after
-# READ_RETRY_SECS (storage/bounds.py, listed in config/timeouts.py), READ_ATTEMPTS reads in all. A bucket's
-# requests are retried by the layer itself (STORAGE_RETRY_SECS).
+# A file the storage failed to serve (EIO, ESTALE: an NFS client's stale handle) is asked again by the storage
+# layer itself for the storage bound (storage/local.py, gcs.py). A read that says "absent" while a stat finds
+# the file (replaced while read) is read again, READ_ATTEMPTS reads in all, READ_RETRY_SECS apart.
 READ_ATTEMPTS = 3
-ERR_READ_DENIED = ("cannot read {path}: permission denied ({problem}); nothing was changed: give this task's user "
-                   "read and write access to model_dir and its files (or run the tasks as the user that wrote "
-                   "them), then start the task again")
-ERR_READ_FAILED = ("cannot read {path} after {attempts} attempts ({problem}): the storage failed to serve it; "
-                   "nothing was changed; exiting with 200 (retryable) so that a restart reads it again")
+ERR_READ_FAILED = ("cannot read {path} after {attempts} attempts ({problem}): it kept being said absent and then "
+                   "found; nothing was changed; exiting with 200 (retryable) so that a restart reads it again")
 _LATEST = re.compile(r'^model_checkpoint_path:\s*"(?P<path>[^"]*)"', re.MULTILINE)
 _LISTED = re.compile(r'^(?:all_)?model_checkpoint_paths?:\s*"(?P<path>[^"]*)"', re.MULTILINE)
 _STEP = re.compile(r"-(\d+)$")
 
 
+def confirmed_absent(path: str, sleep=time.sleep) -> bool:
+    """True only when `path` is absent for sure: a stat says so (ENOENT, ENOTDIR, a bucket's 404) twice,
+    READ_RETRY_SECS apart, and the listing of its directory does not name it. A stat or listing that fails is
+    raised as the storage layer names it (refused: exit 1; unavailable past the storage bound: exit 200): a
+    failure is never an absence."""
+    if storage.exists(path):
+        return False
+    sleep(READ_RETRY_SECS)
+    if storage.exists(path):
+        return False
+    return storage.basename(path) not in storage.listdir(storage.parent(path))
+
+
 def read_strict(path: str, sleep=time.sleep) -> Optional[str]:
-    """The text of `path`; None only when it is absent, confirmed by a stat of the file itself after the read
-    said so. Refused: PermanentFailure (StorageDenied on a bucket); a storage that fails to serve it:
-    RetryableFailure after READ_ATTEMPTS reads (StorageUnavailable on a bucket, already retried by the layer).
-    Bytes that are not UTF-8 come back with replacement characters: unparsable, not unreadable."""
-    problem = None
+    """The text of `path`; None only when it is absent: the read and then a stat of the file itself say so
+    (ENOENT, ENOTDIR, a bucket's 404), never on another error. Refused: StorageDenied (exit 1);
+    a storage that fails to serve it past the storage bound: StorageUnavailable (exit 200), both naming the
+    path. Bytes that are not UTF-8 come back with replacement characters: unparsable, not unreadable."""
+    problem = ""
     for attempt in range(1, READ_ATTEMPTS + 1):
         try:
             return storage.read_bytes(path).decode("utf-8", errors="replace")
         except FileNotFoundError as exc:
-            try:
-                if not storage.exists(path):
-                    return None
-            except OSError as error:
-                exc = error
+            if not storage.exists(path):
+                return None
             problem = problem_text(exc)  # said missing, yet there: replaced while read; read it again
-        except (StorageDenied, StorageUnavailable):
-            raise
-        except PermissionError as exc:
-            raise PermanentFailure(ERR_READ_DENIED.format(path=path, problem=problem_text(exc))) from None
-        except OSError as exc:
-            problem = problem_text(exc)  # EIO, ESTALE (an NFS client's stale handle): read it again
         if attempt < READ_ATTEMPTS:
             sleep(READ_RETRY_SECS)
     raise RetryableFailure(ERR_READ_FAILED.format(path=path, attempts=READ_ATTEMPTS, problem=problem))

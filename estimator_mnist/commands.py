@@ -73,7 +73,26 @@ def resolve(args):
 
 
 def cmd_train(args) -> int:
-    """Resolves the task's TaskSpec once (or reads the one `launch` wrote), then runs its TensorFlow process."""
+    """Resolves the task's TaskSpec once (or reads the one `launch` wrote), then runs its TensorFlow process. Under
+    srun a SIGTERM may come before train's parent takes its signals (while the task waits for its peers' ports):
+    that is a stop asked for, said as the parent says it (slurm_task_end.py), never a failure of its own."""
+    from estimator_mnist.plan.slurm_source import in_slurm_step
+    from estimator_mnist.supervise.slurm_task_end import StopAsked, stop_raises, stopped_before_start
+
+    try:
+        with stop_raises(args.spec is None and in_slurm_step(os.environ)):
+            spec = _train_spec(args)
+    except StopAsked as stop:
+        return stopped_before_start(load(args), os.environ, stop.signum)
+    if isinstance(spec, int):
+        return spec
+    from estimator_mnist.supervise.task_parent import run_task_process
+
+    return run_task_process(spec)
+
+
+def _train_spec(args):
+    """The task's TaskSpec, its plan applied to this process; or the exit code of a start refused."""
     from estimator_mnist.plan.hosts import all_on_loopback
     from estimator_mnist.plan.task_plan import apply_to_this_process
 
@@ -107,9 +126,7 @@ def cmd_train(args) -> int:
         print(f"estimator-mnist: warning: TensorFlow's servers accept anyone who reaches {ports}, with no "
               "authentication: allow these ports only from the cluster's own hosts (firewall or private network)",
               file=sys.stderr, flush=True)
-    from estimator_mnist.supervise.task_parent import run_task_process
-
-    return run_task_process(spec)
+    return spec
 
 
 def cmd_launch(args) -> int:

@@ -10,6 +10,9 @@ from estimator_mnist.flag_types import milliseconds, model_name, port, port_or_o
 
 MAX_BODY_BYTES = 10 * 1024 * 1024
 MAX_QUEUED_IMAGES = 20000  # batcher.MAX_QUEUED_IMAGES (that module imports numpy: not here, before the checks)
+MAX_IMAGES_PER_REQUEST = 10000  # MNIST's whole test set in one Predict
+MAX_CLIENT_IMAGES = 10000  # one client's queued images: its largest request, and half the queue for the others
+SWITCH_INTERVAL_MS = 1.0  # the GIL's, measured (docs/serving.md "The GIL")
 GRPC_MAX_MESSAGE_BYTES = 32 * 1024 * 1024  # MNIST's whole test set as float32 (31.4 MB) fits in one Predict
 
 
@@ -35,6 +38,17 @@ def add_serve_command(add, command, model_flag) -> None:
     p.add_argument("--max-queued-images", type=positive, default=MAX_QUEUED_IMAGES, metavar="N",
                    help="each version's queue holds at most this many images not yet answered; beyond, REST 503 and "
                         "gRPC RESOURCE_EXHAUSTED (default 20000: two requests of MNIST's whole test set)")
+    p.add_argument("--max-images-per-request", type=positive, default=MAX_IMAGES_PER_REQUEST, metavar="N",
+                   help="a request whose input's shape declares more images is refused (INVALID_ARGUMENT, 400) "
+                        "before anything is made of it (default 10000: MNIST's whole test set)")
+    p.add_argument("--max-client-images", type=positive, default=MAX_CLIENT_IMAGES, metavar="N",
+                   help="one client (a source address) holds at most this many queued images; beyond, that "
+                        "client alone gets RESOURCE_EXHAUSTED (REST 429) (default 10000)")
+    p.add_argument("--trusted-proxy", action="append", metavar="ADDRESS",
+                   help="a load balancer's address whose X-Forwarded-For names the client (repeatable); without "
+                        "it, every user behind a proxy is one client")
+    p.add_argument("--switch-interval-ms", type=milliseconds, default=SWITCH_INTERVAL_MS,
+                   help=argparse.SUPPRESS)  # the GIL's switch interval: for benchmarks/serve_abuse.py's measurement
     p.add_argument("--max-body-bytes", type=positive, default=MAX_BODY_BYTES, metavar="N",
                    help="the largest REST body; a larger one is refused before it is read (default 10 MiB)")
     p.add_argument("--grpc-max-message-bytes", type=positive, default=GRPC_MAX_MESSAGE_BYTES, metavar="N",

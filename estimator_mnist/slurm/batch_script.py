@@ -9,13 +9,14 @@ step it keeps the exit contract (errors.py):
   a preemption never counts, failures count as restart.max_restarts failures
   in a row without a newer checkpoint (supervise/slurm_reruns.py; the one record of restarts,
   supervise/restart_budget.py);
-- a SIGTERM to the batch shell (`--signal=B:TERM@N` before a time limit,
-  preemption, `scancel --batch --signal=TERM`) stops the step at one saved
-  step (the tasks' SIGTERM path), then requeues the job, which resumes, when
-  the step's code is retryable (200, or a task ended by a signal); a step
-  that ended 0, 1 or 2 as the signal came ends the job with its code. A plain
-  `scancel` sends the same SIGTERM, but the job's state in Slurm says
-  cancelled (supervise/slurm_job_state.py): a cancel is final, never requeued.
+- once the step's tasks stopped with 200 or the batch shell got SIGTERM, the script asks Slurm what
+  happened before another step (supervise/slurm_job_end.py, slurm_job_state.py): a preemption
+  (with or without send_user_signal) requeues the job at once in PreemptMode=REQUEUE, so that it
+  vacates its nodes within training.preemption_grace_secs, and ends it with one line in CANCEL mode;
+  a time limit's warning (`--signal=B:TERM@N`) or `scancel --batch` requeues it; a job Slurm or an
+  operator requeued (a node failure, `scontrol requeue`) is left to resume; a plain `scancel` is
+  final; a user's `scancel --signal` or a failed task reruns the step. A step that ended 0, 1 or 2 as
+  the signal came ends the job with its code; the job's end removes its records in model_dir.
 srun reports a task's own code only in its messages ("task 2: Exited with exit
 code 2"): with --kill-on-bad-exit the others are ended by a signal and srun's
 status is theirs, so the script reads the tasks' codes from those lines.
@@ -41,7 +42,7 @@ OWN_OPTIONS = {  # sbatch options the script sets itself: what to use instead
     "--cpus-per-task": "--cpus-per-task", "--gpus-per-task": "--gpus-per-task", "-J": "--job-name",
     "--job-name": "--job-name", "-p": "--partition", "--partition": "--partition", "-t": "--time",
     "--time": "--time", "-A": "--account", "--account": "--account", "--signal": "training.preemption_grace_secs",
-    "--no-requeue": "nothing: the script requeues the job at preemption", "--open-mode": "nothing",
+    "--no-requeue": "nothing: the job requeues itself at preemption", "--open-mode": "nothing",
 }
 PREPARE_SHARED = '# MNIST once: data_dir is shared\n"${EM[@]}" prepare-data --data-dir "$DATA_DIR"'
 PREPARE_EACH = ('# MNIST once on every node of the job\n'

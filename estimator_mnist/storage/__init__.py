@@ -4,7 +4,7 @@ shared file system and on a bucket (gs://) alike. No TensorFlow.
 TensorFlow writes its own files (checkpoints, events, exports) through its file systems; everything the product
 itself keeps that another process, pod or later start reads goes through here: the restart budget and its last
 good copy, preemption marks, progress records, evaluations, checkpoint-repair records, sweep records, locks.
-One small interface over two stores (local.py, gcs.py), chosen by the path; errors are told apart the same way
+One small interface (store.py's Store protocol) over two stores (local.py, gcs.py), chosen by the path; errors are told apart the same way
 for both (errors.py); the lock rule is lock.py's, once for both. What is atomic:
 - `write_atomic`: a reader sees the old record or the new one, never part of one (a rename on disk; every
   object upload on a bucket);
@@ -17,13 +17,31 @@ for both (errors.py); the lock rule is lock.py's, once for both. What is atomic:
 from __future__ import annotations
 
 import json
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from estimator_mnist.storage.local import LocalStore
 from estimator_mnist.storage.urls import basename, is_bucket, join, parent
 
 _LOCAL = LocalStore()
 _GCS = None
+# Checks run before every write of the layer (but a lease's own): each held lease's (lease.py), which raises
+# LeaseLost when its holder may have lost it and the path is under its directory.
+_WRITE_GUARDS: List[Callable[[str], None]] = []
+
+
+def guard_writes(check: Callable[[str], None]) -> None:
+    _WRITE_GUARDS.append(check)
+
+
+def unguard_writes(check: Callable[[str], None]) -> None:
+    if check in _WRITE_GUARDS:
+        _WRITE_GUARDS.remove(check)
+
+
+def _guarded(path) -> str:
+    for check in list(_WRITE_GUARDS):
+        check(str(path))
+    return str(path)
 
 
 def store_for(path):
@@ -69,7 +87,7 @@ def read_json(path) -> Optional[dict]:
 def write_atomic(path, data, durable: bool = False):
     """Replaces `path` whole (text is written as UTF-8); `durable`: on stable storage before it replaces the
     old one (a record that must outlive a crash of the machine)."""
-    store_for(path).write_atomic(str(path), data.encode("utf-8") if isinstance(data, str) else data, durable)
+    store_for(path).write_atomic(_guarded(path), data.encode("utf-8") if isinstance(data, str) else data, durable)
     return path
 
 
@@ -78,7 +96,7 @@ def write_json(path, record, indent: Optional[int] = None, durable: bool = False
 
 
 def append_line(path, line: str) -> None:
-    store_for(path).append(str(path), (line.rstrip("\n") + "\n").encode("utf-8"))
+    store_for(path).append(_guarded(path), (line.rstrip("\n") + "\n").encode("utf-8"))
 
 
 def exists(path) -> bool:
@@ -100,14 +118,14 @@ def listdir(path) -> List[str]:
 
 def remove(path, missing_ok: bool = True) -> None:
     try:
-        store_for(path).remove(str(path))
+        store_for(path).remove(_guarded(path))
     except FileNotFoundError:
         if not missing_ok:
             raise
 
 
 def rmtree(path) -> None:
-    store_for(path).rmtree(str(path))
+    store_for(path).rmtree(_guarded(path))
 
 
 def makedirs(path) -> None:
@@ -115,17 +133,27 @@ def makedirs(path) -> None:
 
 
 def move(src, dst) -> None:
-    store_for(src).move(str(src), str(dst))
+    _guarded(src)
+    store_for(src).move(str(src), _guarded(dst))
+
+
+def has_atomic_move(path) -> bool:
+    """Whether a move below `path` is one atomic rename (store.py): asked of the store, as TensorFlow's
+    file_io.has_atomic_move asks its file system, never guessed from the scheme."""
+    return bool(store_for(path).atomic_move)
 
 
 def read_versioned(path) -> Tuple[Optional[bytes], int]:
     return store_for(path).read_versioned(str(path))
 
 
-def write_if_version(path, data: bytes, version: int) -> Optional[int]:
-    return store_for(path).write_if_version(str(path), data, version)
+def write_if_version(path, data: bytes, version: int, request_secs: Optional[float] = None) -> Optional[int]:
+    """The compare-and-swap (a lease's own write: no write guard). `request_secs`: the whole write's bound on a
+    bucket, retries included (a heartbeat's LOCK_REQUEST_SECS), instead of the layer's own."""
+    return store_for(path).write_if_version(str(path), data, version, request_secs=request_secs)
 
 
-__all__ = ["append_line", "basename", "check_bucket", "exists", "is_bucket", "isdir", "isfile", "join", "listdir", "makedirs",
+__all__ = ["append_line", "basename", "check_bucket", "exists", "guard_writes", "has_atomic_move", "is_bucket", "isdir",
+           "isfile", "join", "listdir", "makedirs", "unguard_writes",
            "move", "parent", "read_bytes", "read_json", "read_text", "read_versioned", "remove", "rmtree",
            "store_for", "write_atomic", "write_if_version", "write_json"]

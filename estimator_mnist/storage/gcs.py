@@ -8,7 +8,10 @@ pass for nothing). A rename is a copy then a delete, as TensorFlow's gs:// file 
 
 Errors are told apart as on a disk (errors.py): 403/401 refuse access (exit 1, the object named); 5xx, 429,
 time-outs and lost connections are retried with backoff for STORAGE_RETRY_SECS (bounds.py), then
-exit 200 naming the object; a missing object is FileNotFoundError. Credentials are Google's default ones
+exit 200 naming the object; a missing object is FileNotFoundError. A token the credentials cannot get is told
+apart by google-auth's own predicate (RefreshError.retryable): retryable (the token endpoint's 5xx) is retried
+as a 503 is, then exit 200; not retryable (invalid_grant: a key revoked or deleted) is exit 1 naming the object,
+exit 2 before any task starts. Credentials are Google's default ones
 (GOOGLE_APPLICATION_CREDENTIALS, gcloud's, GKE's Workload Identity); with STORAGE_EMULATOR_HOST set the client
 talks to that server anonymously. The client is imported on first use only (about 0.3 s).
 """
@@ -28,6 +31,12 @@ from estimator_mnist.storage.errors import (ERR_DENIED, ERR_NO_BUCKET, ERR_NO_CR
 from estimator_mnist.storage.urls import split
 
 RETRY_SECS, REQUEST_SECS = STORAGE_RETRY_SECS, STORAGE_REQUEST_SECS
+TOKEN_SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
+NO_TOKEN = "no access token: the token endpoint failed ({problem})"
+ERR_TOKEN_REFUSED = ("{path}: the token endpoint refused this job's credentials ({problem}): the service account key "
+                     "was revoked or deleted, or the account disabled; give the job valid credentials "
+                     "(GOOGLE_APPLICATION_CREDENTIALS, gcloud auth application-default login, Workload Identity), "
+                     "then start it again")
 _client_lock = threading.Lock()
 _clients = {}  # pid -> client: a forked child makes its own (the client's HTTP session is not fork-safe)
 
@@ -64,10 +73,10 @@ def check_bucket(url: str) -> None:
     """Preflight, before any task starts: the bucket of `url` exists and this process has credentials that may
     list it. It lists at most one object under the URL's prefix rather than reading the bucket's metadata
     (storage.buckets.get), which roles/storage.objectAdmin, enough for everything else, does not grant.
-    No bucket, no credentials or credentials that cannot be used: StorageUsageError (exit 2); access refused:
-    StorageDenied naming the URL (exit 1); a storage that fails to serve: StorageUnavailable (exit 200)."""
+    No bucket, no credentials or credentials the token endpoint refuses (not retryable): StorageUsageError (exit
+    2); access refused: StorageDenied naming the URL (exit 1); a storage, or a token endpoint, that fails to
+    serve past the retries: StorageUnavailable (exit 200)."""
     _, exceptions, _, _ = _import_storage()
-    import google.auth.exceptions as auth_errors  # pylint: disable=import-outside-toplevel
     bucket, name = split(url)
     try:
         with mapped(url):
@@ -77,18 +86,52 @@ def check_bucket(url: str) -> None:
                 any(True for _ in pages)
             except exceptions.NotFound:
                 raise StorageUsageError(ERR_NO_BUCKET.format(path=url, bucket=bucket)) from None
-    except auth_errors.RefreshError as exc:  # a key revoked, a Workload Identity binding missing
-        raise StorageUsageError(ERR_NO_CREDENTIALS.format(path=url, problem=problem_text(exc))) from None
+    except CredentialsRefused as exc:  # a key revoked, a Workload Identity binding missing: bad input, exit 2
+        raise StorageUsageError(str(exc)) from None
 
 
-def _retry():
+def check_token(path: str) -> None:
+    """Gets an access token with this process's credentials, as TensorFlow's own client gets one for itself:
+    returns once one is had (a retryable failure asked again within the storage bound). A token endpoint that
+    refuses the credentials: CredentialsRefused (exit 1); one that keeps failing: StorageUnavailable (exit 200);
+    no credentials: StorageUsageError; each naming `path`."""
+    _import_storage()
+    import google.auth  # pylint: disable=import-outside-toplevel
+    import google.auth.transport.requests  # pylint: disable=import-outside-toplevel
+    with mapped(path):
+        credentials, _ = google.auth.default(scopes=[TOKEN_SCOPE])
+        _retry()(credentials.refresh)(google.auth.transport.requests.Request())
+
+
+def _retry(deadline: Optional[float] = None):
+    """The layer's retry: GCS's own predicate (5xx, 429, lost connections), and a token the credentials could
+    not get for a reason google-auth calls retryable (RefreshError.retryable: the token endpoint's 5xx, which
+    google-auth itself tried 3 times over about 3 s), for RETRY_SECS or `deadline`."""
     _, _, retry, should_retry = _import_storage()
-    return retry.Retry(predicate=should_retry, initial=0.5, maximum=8.0, multiplier=2.0, timeout=RETRY_SECS)
+    import google.auth.exceptions as auth_errors  # pylint: disable=import-outside-toplevel
+
+    def predicate(exc: BaseException) -> bool:
+        return should_retry(exc) or (isinstance(exc, auth_errors.RefreshError) and exc.retryable)
+
+    return retry.Retry(predicate=predicate, initial=0.5, maximum=8.0, multiplier=2.0,
+                       timeout=RETRY_SECS if deadline is None else deadline)
+
+
+def _refresh_text(exc: BaseException) -> str:
+    """A RefreshError's own words: its first argument ("invalid_grant: Invalid JWT Signature."), not the tuple of
+    it and the endpoint's whole answer that str() gives."""
+    first = exc.args[0] if exc.args else exc
+    return problem_text(first if isinstance(first, BaseException) else Exception(first))
+
+
+class CredentialsRefused(StorageDenied):
+    """The token endpoint refused the credentials for good (RefreshError, not retryable: invalid_grant, a revoked
+    or deleted key): exit 1 naming the object mid-run; exit 2 before any task starts (check_bucket)."""
 
 
 @contextlib.contextmanager
-def mapped(path: str, writing: bool = False):
-    """Google's exceptions as the layer's (errors.py)."""
+def mapped(path: str, writing: bool = False, secs: Optional[float] = None):
+    """Google's exceptions as the layer's (errors.py); `secs`: the retry bound the request had."""
     _, exceptions, _, _ = _import_storage()
     import google.auth.exceptions as auth_errors  # pylint: disable=import-outside-toplevel
     import requests  # pylint: disable=import-outside-toplevel
@@ -102,17 +145,25 @@ def mapped(path: str, writing: bool = False):
         raise StorageDenied(ERR_DENIED.format(path=path, problem=problem_text(exc))) from None
     except auth_errors.DefaultCredentialsError as exc:
         raise StorageUsageError(ERR_NO_CREDENTIALS.format(path=path, problem=problem_text(exc))) from None
+    except auth_errors.RefreshError as exc:
+        if not exc.retryable:
+            raise CredentialsRefused(ERR_TOKEN_REFUSED.format(path=path, problem=_refresh_text(exc))) from None
+        raise StorageUnavailable(ERR_UNAVAILABLE.format(path=path, secs=secs or RETRY_SECS, problem=NO_TOKEN.format(
+            problem=_refresh_text(exc)))) from None
     except (exceptions.RetryError, exceptions.ServerError, exceptions.TooManyRequests,
             requests.exceptions.RequestException, auth_errors.TransportError) as exc:
         cause = exc.cause if isinstance(exc, exceptions.RetryError) and exc.cause is not None else exc
-        raise StorageUnavailable(ERR_UNAVAILABLE.format(path=path, secs=RETRY_SECS,
-                                                        problem=problem_text(cause))) from None
+        problem = problem_text(cause)
+        if isinstance(cause, auth_errors.RefreshError):
+            problem = NO_TOKEN.format(problem=_refresh_text(cause))
+        raise StorageUnavailable(ERR_UNAVAILABLE.format(path=path, secs=secs or RETRY_SECS, problem=problem)) from None
 
 
 class GcsStore:
     """Every operation of the layer on a gs:// URL. Directories are name prefixes: they need no making."""
 
     name = "gcs"
+    atomic_move = False  # a rename is a copy then a delete, object by object
 
     @staticmethod
     def _blob(path: str):
@@ -217,15 +268,17 @@ class GcsStore:
             raise
         return data, int(blob.generation or 0)
 
-    def write_if_version(self, path: str, data: bytes, version: int) -> Optional[int]:
+    def write_if_version(self, path: str, data: bytes, version: int,
+                         request_secs: Optional[float] = None) -> Optional[int]:
         """Writes the object if its generation is still `version` (0: if it does not exist): the new
-        generation, else None (another writer was first)."""
+        generation, else None (another writer was first). `request_secs` bounds the whole write, retries
+        included (a lease's heartbeat), instead of REQUEST_SECS each and RETRY_SECS in all."""
         _, exceptions, _, _ = _import_storage()
         blob = self._blob(path)
         try:
-            with mapped(path, writing=True):
+            with mapped(path, writing=True, secs=request_secs):
                 blob.upload_from_string(data, content_type="application/octet-stream", if_generation_match=version,
-                                        timeout=REQUEST_SECS, retry=_retry())
+                                        timeout=request_secs or REQUEST_SECS, retry=_retry(request_secs))
         except exceptions.PreconditionFailed:
             # A retried upload whose first attempt was applied but not answered finds its own bytes there.
             now, generation = self.read_versioned(path)

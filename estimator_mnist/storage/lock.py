@@ -1,18 +1,14 @@
-"""One lock rule for every storage: flock(2) where the file system has it, else a lease. No TF.
+"""One lock rule for every storage, one scheme per directory: flock(2), or a lease (lease.py). No TF.
 
 flock is the lock on a local disk and on NFS v4: the kernel releases it when its holder dies. A bucket has no
 locks, nor does a Lustre client mounted without `flock` (ENOSYS), some FUSE mounts (EOPNOTSUPP) or NFS v3
-without a lock daemon (ENOLCK): there the lock is a lease, a versioned record (`read_versioned` /
-`write_if_version`: a generation-matched write on a bucket, link(2) on a disk) that names its holder and a
-heartbeat the holder renews every LOCK_HEARTBEAT_SECS. The rule, the same for disk and bucket:
-- take: write over a released (or never made) lease, conditional on the version read: one winner;
-- stale: a waiter takes over a lease whose version has not moved for LOCK_STALE_SECS of the *waiter's own*
-  monotonic clock, so no two machines' clocks are ever compared (a host whose clock is 200 s ahead never
-  breaks a fresh lease), and the takeover is itself a conditional write: of two waiters one wins, and a
-  holder that renews meanwhile makes both lose;
-- release: a conditional write of "released" over the holder's own version: a holder whose lease was taken
-  over (it stalled past LOCK_STALE_SECS) changes nothing of its successor's. Nothing is ever deleted, so no
-  conditional delete is needed (fake-gcs-server, the suite's GCS server, ignores those).
+without a lock daemon (ENOLCK): there the lock is a lease. flock and a lease never exclude each other, so the
+scheme is one per directory: the first holder decides it (flock where its mount grants it, else the lease) and
+records it there (SCHEME_FILE, a versioned record: one winner); every later holder, on any node, follows the
+record. A node whose mount refuses flock where flock is recorded stops with one line naming the mount, never
+falling back to a lease alone. A directory made before the record existed gets it from its first holder after
+the upgrade; processes of an older version locking the same directory meanwhile are not supported
+(docs/storage.md). On a bucket the lease is the only scheme, and nothing is recorded.
 """
 
 from __future__ import annotations
@@ -23,111 +19,83 @@ import fcntl
 import json
 import os
 import socket
-import threading
-import time
-import uuid
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Tuple
 
 from estimator_mnist import storage
-from estimator_mnist.storage.bounds import LOCK_HEARTBEAT_SECS, LOCK_STALE_SECS
+from estimator_mnist.errors import PermanentFailure
+from estimator_mnist.storage.lease import MSG_TAKEN_OVER, POLL_SECS, Lease, LeaseLost  # noqa: F401 (the API)
 
 NO_FLOCK = (errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK)
 LEASE_SUFFIX = ".lease"
-POLL_SECS = 0.2
+SCHEME_FILE = ".lock-scheme.json"
+FLOCK, LEASE = "flock", "lease"
 MSG_NO_FLOCK = ("warning: {path}: this file system does not support flock(2) ({reason}); using the lease "
-                "{lease} instead")
-MSG_TAKEN_OVER = ("warning: {path}: took over the lock of {holder}, whose heartbeat had not moved for {secs:.0f} s "
-                  "(it died or hung while holding it)")
-MSG_LOST = ("warning: {path}: this task's lock was taken over by another while it held it (its heartbeat could "
-            "not be written for {secs:.0f} s)")
+                "{lease} instead, for every holder in this directory (recorded in {record})")
+ERR_MOUNT_REFUSES = ("{path}: this directory's lock is flock(2) (recorded in {record} by its first holder), but "
+                     "this node's mount {mount} ({fstype}) refuses it ({reason}); mount it as the other nodes do, "
+                     "with locking (NFS: a lock daemon, no `nolock`; Lustre: `-o flock`), then start this task again")
+ERR_BAD_RECORD = ("{record}: not a lock scheme record ({found!r}); remove it while nothing runs in {directory}, and "
+                  "the next holder records the scheme again")
 
 
-class Lease:
-    """A lease on `path` (a versioned record) for one holder: take, renew, release."""
+def _record_path(directory: str) -> str:
+    return storage.join(directory, SCHEME_FILE)
 
-    def __init__(self, path: str, log: Callable[[str], None], clock=time.monotonic, sleep=time.sleep,
-                 stale_secs: float = LOCK_STALE_SECS, beat_secs: float = LOCK_HEARTBEAT_SECS):
-        self.path, self._log, self._clock, self._sleep, self._stale = path, log, clock, sleep, stale_secs
-        self._beat_secs = beat_secs
-        self._token = uuid.uuid4().hex
-        self._version = 0
-        self._beat = 0
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
 
-    def _record(self, holding: bool) -> bytes:
-        if not holding:
-            return json.dumps({"holder": None}).encode()
-        return json.dumps({"holder": self._token, "host": socket.gethostname(), "pid": os.getpid(),
-                           "beat": self._beat}).encode()
+def recorded_scheme(directory: str) -> Optional[str]:
+    """The scheme recorded for `directory`: FLOCK, LEASE or None (not yet decided)."""
+    record = _record_path(directory)
+    data, _ = storage.read_versioned(record)
+    if data is None:
+        return None
+    try:
+        scheme = json.loads(data).get("scheme")
+    except (ValueError, AttributeError):
+        scheme = None
+    if scheme not in (FLOCK, LEASE):
+        raise PermanentFailure(ERR_BAD_RECORD.format(record=record, found=data[:80], directory=directory))
+    return scheme
 
-    @staticmethod
-    def _holder(data: Optional[bytes]) -> Optional[dict]:
-        """The holder a lease names; None when it is released, never made or unreadable (a torn local write
-        is impossible: versions are made whole, so unreadable means written by something else)."""
-        try:
-            record = json.loads(data) if data else None
-        except ValueError:
-            return None
-        return record if isinstance(record, dict) and record.get("holder") else None
 
-    def take(self, blocking: bool = True) -> bool:
-        """Takes the lease: True. Not `blocking`: False once a live holder is seen renewing it (within a
-        heartbeat or two), where a blocking take waits for its release or its staleness."""
-        seen = since = None
-        while True:
-            data, version = storage.read_versioned(self.path)
-            holder = self._holder(data)
-            stale = seen == version and self._clock() - since >= self._stale
-            if holder is None or stale:
-                new = storage.write_if_version(self.path, self._record(True), version)
-                if new is not None:
-                    if holder is not None:
-                        self._log(MSG_TAKEN_OVER.format(path=self.path, secs=self._clock() - since,
-                                                        holder=f"{holder.get('host')} pid {holder.get('pid')}"))
-                    self._version = new
-                    self._start_heartbeat()
-                    return True
-                continue  # another writer was first: look again
-            if seen != version:
-                if seen is not None and not blocking:
-                    return False  # its holder renewed it: alive
-                seen, since = version, self._clock()
-            self._sleep(POLL_SECS)
+def record_scheme(directory: str, scheme: str) -> Tuple[str, bool]:
+    """Records `scheme` for `directory` unless one is recorded there: (the scheme that holds, whether this call
+    recorded it)."""
+    record = json.dumps({"scheme": scheme, "host": socket.gethostname(), "pid": os.getpid()}).encode()
+    if storage.write_if_version(_record_path(directory), record, 0) is not None:
+        return scheme, True
+    return recorded_scheme(directory) or scheme, False
 
-    def _start_heartbeat(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._renew, name=f"lease {os.path.basename(self.path)}",
-                                        daemon=True)
-        self._thread.start()
 
-    def _renew(self) -> None:
-        last = self._clock()
-        while not self._stop.wait(self._beat_secs):
-            self._beat += 1
-            try:
-                new = storage.write_if_version(self.path, self._record(True), self._version)
-            except OSError:
-                continue  # a storage error now: the next beat tries again; a waiter takes over only after STALE
-            if new is None:
-                self._log(MSG_LOST.format(path=self.path, secs=self._clock() - last))
-                self._version = None
-                return
-            self._version, last = new, self._clock()
+def mount_of(path: str):
+    """(mount point, file system type) of the mount holding `path`, from /proc/self/mounts."""
+    point = os.path.realpath(path)
+    while not os.path.ismount(point):
+        point = os.path.dirname(point)
+    fstype = "unknown"
+    with contextlib.suppress(OSError):
+        with open("/proc/self/mounts", encoding="utf-8") as mounts:
+            for line in mounts:
+                fields = line.split()
+                if len(fields) > 2 and fields[1].encode().decode("unicode_escape") == point:
+                    fstype = fields[2]  # the last one listed is the one on top
+    return point, fstype
 
-    def release(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self._beat_secs + 1)
-        if self._version:  # only its own version: a successor's lease is left alone
-            storage.write_if_version(self.path, self._record(False), self._version)
-        self._version = 0
+
+def _refused(path: str, directory: str, exc: OSError) -> PermanentFailure:
+    mount, fstype = mount_of(path)
+    return PermanentFailure(ERR_MOUNT_REFUSES.format(path=path, record=_record_path(directory), mount=mount,
+                                                     fstype=fstype, reason=os.strerror(exc.errno)))
 
 
 @contextlib.contextmanager
-def _flock_or_lease(path: str, log, blocking: bool, flock, lease_factory) -> Iterator[bool]:
+def _flock_or_lease(path: str, directory: str, log, blocking: bool, flock, lease_factory) -> Iterator[bool]:
     flock = flock or fcntl.flock
-    storage.makedirs(os.path.dirname(path) or ".")
+    storage.makedirs(storage.parent(path) or ".")
+    scheme = recorded_scheme(directory)
+    if scheme == LEASE:
+        with _leased(path + LEASE_SUFFIX, blocking, lease_factory) as taken:
+            yield taken
+        return
     with open(path, "a+", encoding="utf-8") as handle:
         try:
             flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
@@ -137,14 +105,28 @@ def _flock_or_lease(path: str, log, blocking: bool, flock, lease_factory) -> Ite
         except OSError as exc:
             if exc.errno not in NO_FLOCK:
                 raise
-            log(MSG_NO_FLOCK.format(path=path, reason=os.strerror(exc.errno), lease=path + LEASE_SUFFIX))
-            with _leased(path + LEASE_SUFFIX, blocking, lease_factory) as taken:
-                yield taken
-            return
-        try:
-            yield True
-        finally:
-            flock(handle, fcntl.LOCK_UN)
+            if scheme == FLOCK:
+                raise _refused(path, directory, exc) from None
+            scheme, mine = record_scheme(directory, LEASE)
+            if scheme == FLOCK:
+                raise _refused(path, directory, exc) from None
+            if mine:  # the first holder says why; the others follow the record
+                log(MSG_NO_FLOCK.format(path=path, reason=os.strerror(exc.errno), lease=path + LEASE_SUFFIX,
+                                        record=_record_path(directory)))
+        else:
+            try:
+                scheme = scheme or record_scheme(directory, FLOCK)[0]
+            finally:
+                if scheme != FLOCK:  # another holder recorded the lease first: this flock excludes no one
+                    flock(handle, fcntl.LOCK_UN)
+            if scheme == FLOCK:
+                try:
+                    yield True
+                finally:
+                    flock(handle, fcntl.LOCK_UN)
+                return
+    with _leased(path + LEASE_SUFFIX, blocking, lease_factory) as taken:
+        yield taken
 
 
 @contextlib.contextmanager
@@ -160,14 +142,18 @@ def _leased(path: str, blocking: bool, lease_factory) -> Iterator[bool]:
 
 @contextlib.contextmanager
 def exclusive(path, log: Callable[[str], None], blocking: bool = True, flock=None,
-              lease_factory=None) -> Iterator[bool]:
+              lease_factory=None, scheme_dir: Optional[str] = None) -> Iterator[bool]:
     """Holds the lock named `path` for the `with` block: yields True, or False when `blocking` is off and a live
-    holder has it. Storage errors are raised as what they are (errors.py)."""
+    holder has it. `scheme_dir`: the directory whose record decides the scheme (the lock's own by default; a
+    sweep's trials follow the sweep directory's). Storage errors are raised as what they are (errors.py); a mount that refuses the directory's
+    recorded scheme, as a PermanentFailure naming it; a write under a lease its holder may have lost, as
+    LeaseLost (lease.py)."""
     path = str(path)
     lease_factory = lease_factory or (lambda where: Lease(where, log))
     if storage.is_bucket(path):
         with _leased(path + LEASE_SUFFIX, blocking, lease_factory) as taken:
             yield taken
         return
-    with _flock_or_lease(path, log, blocking, flock, lease_factory) as taken:
+    directory = str(scheme_dir) if scheme_dir is not None else storage.parent(path)
+    with _flock_or_lease(path, directory, log, blocking, flock, lease_factory) as taken:
         yield taken

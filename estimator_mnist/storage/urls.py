@@ -19,6 +19,13 @@ from estimator_mnist.errors import UsageError
 GS = "gs"
 # scheme://... as TensorFlow's file systems name them: RFC 3986's scheme syntax.
 _URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$", re.DOTALL)
+# A scheme and its colon without the '//' a URL has (gs:/bucket/x, gs:bucket/x, s3:/x): a mistyped URL, never
+# meant as a local folder named "gs:" (that would train into ./gs:/bucket/x and never touch the bucket).
+_ALMOST_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):(?P<after>.?)", re.DOTALL)
+KNOWN_SCHEMES = frozenset({"gs", "gcs", "s3", "s3a", "hdfs", "http", "https", "file", "az", "abfs", "abfss", "wasb",
+                           "wasbs", "ftp", "sftp", "ram", "oss", "viewfs"})
+ERR_MALFORMED = ("{file}: {key} {path!r} looks like a URL but is not one ('{scheme}:' without '//'); write a bucket "
+                 "as gs://BUCKET/PATH, or a local folder as ./{path} if that is what you mean")
 # Google's bucket naming rules: 3-63 characters (222 with dots), lower-case letters, digits, '-', '_' and '.',
 # beginning and ending with a letter or a digit.
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
@@ -71,9 +78,12 @@ def basename(path: str) -> str:
 
 def check_url(value: str, file: str, key: str, bucket_ok: bool = True, local_why: str = "") -> Optional[str]:
     """None for a local path; the normalised gs:// URL where `bucket_ok`; else one line (UsageError) naming the
-    file, the key and what works instead."""
+    file, the key and what works instead. A string that looks like a URL but is none (gs:/b/x) is refused too."""
     scheme = scheme_of(value)
     if scheme is None:
+        almost = _ALMOST_URL.match(value) if isinstance(value, str) else None
+        if almost and (almost["after"] == "/" or almost["scheme"].lower() in KNOWN_SCHEMES):
+            raise UsageError(ERR_MALFORMED.format(file=file, key=key, path=value, scheme=almost["scheme"]))
         return None
     if scheme != GS:
         raise UsageError(ERR_SCHEME.format(file=file, key=key, path=value, scheme=scheme))

@@ -33,6 +33,7 @@ def locate(path: str):
     or a model_dir, local or gs:// (a run directory is local; with a bucket model_dir the records are there:
     Config.records_dir). Another scheme: one line naming gs://."""
     base = check_url(path, "summary", "RUN_DIR") or path
+    storage.check_bucket(base)  # a bucket that does not exist, or no credentials: one line, exit 2
     launched = {} if is_bucket(base) else read_json(join(base, "run_summary.json")) or {}
     candidates = [launched["model_dir"]] if launched.get("model_dir") else []
     model_dir = next((str(d) for d in candidates + [base, join(base, "model")] if _is_model_dir(d)), None)

@@ -1,7 +1,8 @@
 """The batch script's reruns, counted by the job's restart budget (restart_budget.py). No TensorFlow.
 
-`python -m estimator_mnist.supervise.slurm_reruns TRAIN_ARGS` runs in the batch shell each time the step exited 200
-(retryable). The script keeps no count of its own: this records the incident in model_dir/restart_budget.json,
+The batch shell's slurm_job_end.py calls `rerun` each time the step exited 200 (retryable) and Slurm did nothing
+to the job (a user's `scancel --signal`, a failed task), and `book` when the job stops for a preemption or a
+time limit. The script keeps no count of its own: this records the incident in model_dir/restart_budget.json,
 keyed by SLURM_JOB_ID, the one record of restarts that launch and the cluster managers' tasks use too. The
 batch shell sees each step's outcome once, however many of its tasks exited 200, so one incident counts
 once; and it counts also a step whose writer task never started (srun failed to start it), which a count
@@ -14,23 +15,21 @@ peers did when srun signalled them after it (--kill-on-bad-exit), and even when 
 saved its stop step and marked a preemption: the mark is dropped. A step whose every task was asked to stop
 (`scancel --signal=TERM`, a preemption, a time limit) is none, its stop step saved or not. Incidents count
 against restart.max_restarts as failures in a row without a newer checkpoint (restart_budget.py has the rule).
-Within the budget it prints the rerun's line and exits 0, and the script runs the step again; past it, one
-line naming the budget and the incidents counted, and exit 1, which ends the job with 1.
+Within the budget `rerun` gives the rerun's line and 0, and the script runs the step again; past it, one
+line naming the budget and the incidents counted, and 1, which ends the job with 1.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 
 from estimator_mnist.checkpoints import latest_step
-from estimator_mnist.errors import RETRYABLE_EXIT_CODE, USAGE_EXIT_CODE, PermanentFailure, RetryableFailure, UsageError
+from estimator_mnist.errors import USAGE_EXIT_CODE, PermanentFailure
 from estimator_mnist.plan import slurm_records
 from estimator_mnist.plan.slurm_source import ordered_tasks
 from estimator_mnist.preemption_mark import take_mark
 from estimator_mnist.supervise.restart_budget import RestartBudget, budget_line, describe, job_of
 from estimator_mnist.supervise.restart_record import record_path
-from estimator_mnist.supervise.slurm_step import config_of, train_args_parser
 from estimator_mnist.supervise.slurm_task_end import END_KIND, failed_by_itself
 
 ERR_NO_JOB = "SLURM_JOB_ID is not set: the batch script runs under sbatch, which sets it; submit the script with sbatch"
@@ -51,6 +50,24 @@ def failures(config, environ) -> list:
     return found
 
 
+def book(config, environ) -> tuple:
+    """(budget, what the step's end was booked as, what failed) for the step that just ended: a preemption
+    when every task was asked to stop, else one incident. Raises PermanentFailure for unreadable records."""
+    job = job_of(environ, None)
+    budget = RestartBudget(job, config.restart.max_restarts, config.model_dir, log=lambda line: print(
+        f"estimator-mnist: {line}", flush=True))
+    latest = latest_step(config.model_dir, strict=True)  # a state the storage refuses: exit 1, not "none"
+    mark = take_mark(config.model_dir, latest)  # taken either way: a failure's peers' stop is no preemption
+    failed = failures(config, environ)
+    if not failed:
+        event = budget.record_preemption(mark or {"step": latest, "task": None}, latest)
+    else:
+        event = budget.record_failure("; ".join(failed), latest,
+                                      requeues=int(environ.get("SLURM_RESTART_COUNT") or 0))
+    budget.note_restored(latest)  # what the rerun restores, whether or not its writer gets as far as counting
+    return budget, event, failed
+
+
 def rerun(config, environ) -> tuple:
     """(exit code, line) for a step that exited 200: 0 to run it again, 1 past the budget (or with its record
     and the record's copy both unreadable). A step whose every task was asked to stop is no incident."""
@@ -58,40 +75,15 @@ def rerun(config, environ) -> tuple:
     if job is None:
         return USAGE_EXIT_CODE, f"error: {ERR_NO_JOB}"
     try:
-        budget = RestartBudget(job, config.restart.max_restarts, config.model_dir, log=lambda line: print(
-            f"estimator-mnist: {line}", flush=True))
+        budget, event, failed = book(config, environ)
     except PermanentFailure as exc:
         return 1, f"error: {exc}"
-    latest = latest_step(config.model_dir, strict=True)  # a state the storage refuses: exit 1, not "none"
-    mark = take_mark(config.model_dir, latest)  # taken either way: a failure's peers' stop is no preemption
-    failed = failures(config, environ)
     if not failed:
-        event = budget.record_preemption(mark or {"step": latest, "task": None}, latest)
-        budget.note_restored(latest)
         return 0, (f"the step exited 200 (retryable), every task asked to stop: "
                    f"{budget_line(event, job.key, budget.max_restarts)}; running it again from that checkpoint")
-    incident = budget.record_failure("; ".join(failed), latest,
-                                     requeues=int(environ.get("SLURM_RESTART_COUNT") or 0))
-    budget.note_restored(latest)  # what the rerun restores, whether or not its writer gets as far as counting
     if budget.exhausted:
         logs = os.path.join(config.run_dir, "logs", f"slurm-{environ['SLURM_JOB_ID']}")
         return 1, "error: " + ERR_SPENT.format(job=job.key, count=budget.streak, limit=budget.max_restarts,
                                                 incidents=describe(budget.in_a_row), logs=logs)
-    return 0, (f"the step exited 200 (retryable): {budget_line(incident, job.key, budget.max_restarts)}; running it "
+    return 0, (f"the step exited 200 (retryable): {budget_line(event, job.key, budget.max_restarts)}; running it "
                f"again from the last checkpoint; the record: {record_path(config.model_dir)}")
-
-
-def main(argv=None) -> int:
-    args = train_args_parser("python -m estimator_mnist.supervise.slurm_reruns").parse_args(argv)
-    try:  # the YAML, edited since the step started: its one line, and the job ends with 2
-        code, line = rerun(config_of(args), os.environ)
-    except UsageError as exc:
-        code, line = USAGE_EXIT_CODE, f"error: {exc}"
-    except (PermanentFailure, RetryableFailure) as exc:  # model_dir's records refused (1) or not served (200)
-        code, line = RETRYABLE_EXIT_CODE if isinstance(exc, RetryableFailure) else 1, f"error: {exc}"
-    print(f"estimator-mnist: {line}", flush=True)
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,8 +7,8 @@ until the step (srun, PID) ends; then it writes run_summary.json there, for
 `estimator-mnist summary`. The tasks run on other nodes, so a record
 counts once it was written after this step began, not by the tasks' PIDs.
 It outlives the SIGTERM a cancel sends to every process of the batch step (it ignores it) and ends with
-the step. After a cancel the batch script runs it again with --cancelled, which only rewrites the summary:
-the run cancelled, each task's end as it said it (slurm_task_end.py).
+the step. Once Slurm's event is known (a cancel, a preemption, a requeue: slurm_job_end.py), the summary is
+written again naming it, with each task's end as it said it (slurm_task_end.py).
 No TensorFlow.
 """
 
@@ -20,11 +20,11 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional, Tuple
 
 from estimator_mnist import checkpoints
 from estimator_mnist.config import load_config
-from estimator_mnist.storage import write_json
+from estimator_mnist.storage import read_json, write_json
 from estimator_mnist.errors import PermanentFailure
 from estimator_mnist.plan import slurm_records
 from estimator_mnist.plan.slurm_source import ordered_tasks
@@ -74,9 +74,11 @@ def task_ends(config, environ, cancelled: bool) -> Dict[str, str]:
     return ends
 
 
-def write_summary(config, cluster_file: str, environ=None, cancelled: bool = False) -> None:
+def write_summary(config, cluster_file: str, environ=None, cancelled: bool = False,
+                  event: Optional[Tuple[str, str]] = None) -> None:
     """run_summary.json in the shared run_dir, so that `estimator-mnist summary RUN_DIR` finds the run; its
-    restarts are the job's reruns so far, from the restart budget's record (reruns.py)."""
+    restarts are the job's reruns so far, from the restart budget's record (reruns.py). `event`: what Slurm did
+    to the job (slurm_job_state.py's word, and its status text) once its step stopped."""
     environ = os.environ if environ is None else environ
     job = job_of(environ, None)
     try:
@@ -88,15 +90,26 @@ def write_summary(config, cluster_file: str, environ=None, cancelled: bool = Fal
     status = "finished" if final else f"stopped at step {step}"
     if cancelled:
         status = f"cancelled (scancel) at step {step}: not requeued"
-    write_json(Path(config.run_dir, SUMMARY_FILE), {
+    elif event is not None:
+        status = f"{event[1]} at step {step}"
+    path = Path(config.run_dir, SUMMARY_FILE)
+    before = (read_json(path) or {}).get("slurm") or {}  # the job's earlier events, kept across its requeues
+    events = before.get("events", []) if before.get("job_id") == environ.get("SLURM_JOB_ID") else []
+    requeues = int(environ.get("SLURM_RESTART_COUNT", 0))
+    if event is not None:
+        events = [*events, {"event": event[0], "what": event[1], "step": step, "requeues": requeues}]
+    elif events and events[-1]["requeues"] == requeues and not final:  # the step's watcher, after the event
+        event = (events[-1]["event"], events[-1]["what"])
+        status = f"{event[1]} at step {events[-1]['step']}"
+    write_json(path, {
         "status": status, "cluster_file": cluster_file, "tasks": task_ends(config, environ, cancelled),
         "strategy": config.strategy.name, "max_steps": config.training.max_steps, "global_step": step,
         "accuracy": final["accuracy"] if final else None, "export": final["export"] if final else None,
         "run_dir": config.run_dir, "model_dir": config.model_dir, "restart_policy": "slurm batch script",
         "restarts": [{"number": i["number"], "time": i["time"], "reason": "the step exited 200 (retryable)"}
                      for i in reruns],
-        "slurm": {"job_id": environ.get("SLURM_JOB_ID"), "requeues": int(environ.get("SLURM_RESTART_COUNT", 0)),
-                  "cancelled": cancelled},
+        "slurm": {"job_id": environ.get("SLURM_JOB_ID"), "requeues": requeues,
+                  "cancelled": cancelled, "event": event[0] if event else None, "events": events},
     }, indent=2)
 
 
@@ -138,16 +151,12 @@ def config_of(args):
 
 def main(argv=None) -> int:
     parser = train_args_parser("python -m estimator_mnist.supervise.slurm_step")
-    parser.add_argument("--pid", type=int)
-    parser.add_argument("--cancelled", action="store_true", help="only write the summary of a cancelled job")
+    parser.add_argument("--pid", type=int, required=True)
     args = parser.parse_args(argv)
     config = config_of(args)
-    if not args.cancelled:
-        if args.pid is None:
-            parser.error("--pid is required without --cancelled")
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a cancel's SIGTERM: the summary is still written
-        watch(config, args.pid)
-    write_summary(config, args.cluster, cancelled=args.cancelled)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a cancel's SIGTERM: the summary is still written
+    watch(config, args.pid)
+    write_summary(config, args.cluster)
     return 0
 
 

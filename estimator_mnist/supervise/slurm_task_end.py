@@ -11,14 +11,59 @@ whose every task was asked to stop is none.
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import sys
 import time
-from typing import Mapping, Optional
+from typing import Iterator, Mapping, Optional
 
+from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE
 from estimator_mnist.plan import slurm_records
 from estimator_mnist.plan.slurm_source import in_slurm_step
 
 END_KIND = "end"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StopAsked(Exception):
+    """A stop signal that came before train's parent took its signals."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stop(signum, _frame):
+    raise StopAsked(signum)
+
+
+@contextlib.contextmanager
+def stop_raises(active: bool) -> Iterator[None]:
+    """While a task of an srun step resolves its place (the wait for its peers' ports), SIGTERM and SIGINT raise
+    StopAsked; afterwards Python's own handling is back, until train's parent installs its handlers."""
+    previous = {sig: signal.signal(sig, _raise_stop) for sig in STOP_SIGNALS} if active else {}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def stopped_before_start(config, environ: Mapping[str, str], signum: int) -> int:
+    """Said as train's parent says a stop (asked to, then its code), for the task of this srun step: 200 after
+    SIGTERM, 130 after SIGINT."""
+    from estimator_mnist.plan.slurm_source import ordered_tasks  # pylint: disable=import-outside-toplevel
+
+    rank = int(environ["SLURM_PROCID"])
+    task = str(ordered_tasks(config.cluster.tasks())[rank])
+    code = INTERRUPTED_EXIT_CODE if signum == signal.SIGINT else RETRYABLE_EXIT_CODE
+    end = TaskEnd.under_slurm(config.model_dir, task, environ)
+    if end is not None:
+        end.asked_to_stop(signum)
+        end.ended(code)
+    print(f"estimator-mnist: task {task}: asked to stop ({signal.Signals(signum).name}) before it started: exit "
+          f"{code}; nothing of its work was done", file=sys.stderr, flush=True)
+    return code
 
 
 class TaskEnd:

@@ -53,6 +53,7 @@ from estimator_mnist.supervise.process_group import describe_exit, die_with_pare
 from estimator_mnist.plan.peers import describe_missing, missing_peers, peers_of
 from estimator_mnist.progress import FRESH_SECS, read_progress
 from estimator_mnist.supervise.child_stderr import FilteredStderr
+from estimator_mnist.frozen_time import FrozenTime
 from estimator_mnist.supervise.slurm_task_end import TaskEnd
 from estimator_mnist.plan.task_plan import TaskPlan
 from estimator_mnist.plan.task_spec import TaskSpec, spec_environment
@@ -61,6 +62,7 @@ from estimator_mnist.tf_task import TF_PROCESS_MODULE
 
 STOP_GRACE_SECS = timeouts.INTERRUPT_GRACE_SECS  # after Ctrl-C
 REPEAT_SECS = 2.0  # a SIGTERM this soon after the first is the same request
+POLL_SECS = 0.2  # the child's watch
 GATE_POLL_SECS = 0.2
 # The gate opens after this at the latest: trainers whose records and checkpoints this task cannot see
 # (another --run-dir) must not keep their evaluator from ever starting.
@@ -109,6 +111,7 @@ class TaskParent:
         self.plan, self.saved, self.on_stop = plan, saved, on_stop  # saved(): what of the task's work is on disk once all is, else None
         self.stall_secs, self._clock = stall_secs, clock  # stall_secs None: launch watches
         self.stopped_since: Optional[float] = None
+        self._frozen = FrozenTime(POLL_SECS, clock)  # this process stopped too (a suspended job): not the child alone
         # The child starts once start_gate says True; its session must form within session_timeout_secs.
         self.start_gate, self.session_timeout_secs = start_gate, session_timeout_secs
         # The child stops by itself within its grace period after SIGTERM; this is the backstop.
@@ -129,7 +132,8 @@ class TaskParent:
 
     def stopped_too_long(self) -> bool:
         """True (the child killed, the reason logged) once stopped by a signal for stall_secs (None: never)."""
-        if self.stall_secs is None or not stopped_by_signal(self.child.pid, with_children=False):
+        frozen = self._frozen.frozen()
+        if self.stall_secs is None or not stopped_by_signal(self.child.pid, with_children=False) or frozen:
             self.stopped_since = None
             return False
         now = self._clock()
@@ -225,7 +229,7 @@ class TaskParent:
             self._kill_child_if_overdue()
             if self.stopped_too_long():
                 return False
-            time.sleep(0.2)
+            time.sleep(POLL_SECS)
         return True
 
     def run(self, command: List[str], ready_write: int, ready_read: int, env: Optional[dict] = None,

@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 
 from estimator_mnist import storage
 from estimator_mnist.errors import PermanentFailure, RetryableFailure, UsageError
-from estimator_mnist.storage.errors import problem_text
+from estimator_mnist.storage.errors import is_transient, problem_text
 from estimator_mnist.storage.urls import check_url
 from estimator_mnist.sweep.space import as_overrides
 from estimator_mnist.sweep.stopping import NAMES
@@ -35,11 +35,9 @@ ERR_OTHER_SWEEP = ("{dir}: holds a different sweep (its {what} differ from this 
                    "--sweep-dir, or the same --cluster settings, --param, --samples and --seed to resume it")
 ERR_NOT_A_SWEEP = "{dir}: no {file} there; give the --sweep-dir of a sweep (estimator-mnist sweep)"
 RANKED_BY = NAMES  # how each figure a sweep can rank by is named to the user
-# A storage error of the sweep's records on a disk (a bucket's are named by the storage layer): a transient one
-# (an NFS server that did not answer, a stale handle) exits 200 so that a restart tries again; any other exits 1.
-TRANSIENT_ERRNOS = frozenset({errno.EIO, errno.ESTALE, errno.ETIMEDOUT, errno.EAGAIN, errno.EINTR,
-                              errno.ECONNRESET, errno.ECONNREFUSED, errno.EHOSTDOWN, errno.EHOSTUNREACH,
-                              errno.ENETUNREACH, errno.ENETDOWN, errno.EREMOTEIO})
+# A storage error of the sweep's records: the storage layer names its own (storage/errors.py); what reaches here
+# raw (a lock's fcntl, shared.py) is told apart by the layer's one list: a transient one (an NFS server that did
+# not answer, a stale handle) exits 200 so that a restart tries again; any other exits 1.
 ERR_TRANSIENT = ("{path}: {doing} failed ({problem}, {code}); the storage failed for now: exiting with 200 "
                  "(retryable) so that a restart (Slurm's requeue, the same command again) tries again")
 ERR_STORAGE = ("{path}: {doing} failed ({problem}, {code}); check that this node can read and write the sweep "
@@ -71,8 +69,8 @@ def storage_failure(exc: OSError, path, doing: str) -> Exception:
     if isinstance(exc, (PermanentFailure, RetryableFailure, UsageError)):
         return exc
     code = errno.errorcode.get(exc.errno, "no errno") if exc.errno else "no errno"
-    text = ERR_TRANSIENT if exc.errno in TRANSIENT_ERRNOS else ERR_STORAGE
-    failure = RetryableFailure if exc.errno in TRANSIENT_ERRNOS else PermanentFailure
+    text = ERR_TRANSIENT if is_transient(exc) else ERR_STORAGE
+    failure = RetryableFailure if is_transient(exc) else PermanentFailure
     return failure(text.format(path=path, doing=doing, problem=problem_text(exc), code=code))
 
 
@@ -113,6 +111,9 @@ def save(sweep_dir, record: dict) -> None:
 
 
 def read_sweep(sweep_dir) -> dict:
+    """The record of an existing sweep (sweep-status, ensemble): a bucket that does not exist, or no credentials,
+    is one line and exit 2 (storage.check_bucket), not "no sweep.json there"."""
+    storage.check_bucket(sweep_dir)
     record = read_record(sweep_dir)
     if record is None:
         raise UsageError(ERR_NOT_A_SWEEP.format(dir=sweep_dir, file=SWEEP_FILE))

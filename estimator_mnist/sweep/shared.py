@@ -35,11 +35,11 @@ def _warn(line: str) -> None:
 
 
 @contextlib.contextmanager
-def _exclusive(path: str, doing: str, blocking: bool, log) -> Iterator[bool]:
+def _exclusive(path: str, doing: str, blocking: bool, log, scheme_dir=None) -> Iterator[bool]:
     """lock.exclusive, its own storage errors (taking or releasing it) named; the block's errors pass unchanged."""
     inside = False
     try:
-        with lock.exclusive(path, log or _warn, blocking=blocking) as taken:
+        with lock.exclusive(path, log or _warn, blocking=blocking, scheme_dir=scheme_dir) as taken:
             inside = True
             yield taken
             inside = False
@@ -61,7 +61,9 @@ def trial_lock(directory, log=None) -> Iterator[bool]:
     """Holds <trial>/trial.lock while a Slurm array task runs the trial: True, or False when another process (on any
     node) holds it already. Released when its holder ends, however it ends (flock: with the process; the lease:
     its heartbeat stops). Any other failure to take it is raised, named."""
-    with _exclusive(storage.join(directory, TRIAL_LOCK_FILE), "taking the trial's lock", False, log) as mine:
+    # One lock scheme for the whole sweep (storage/lock.py): the trial's lock follows the sweep directory's record.
+    with _exclusive(storage.join(directory, TRIAL_LOCK_FILE), "taking the trial's lock", False, log,
+                    scheme_dir=storage.parent(str(directory))) as mine:
         yield mine
 
 

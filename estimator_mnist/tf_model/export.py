@@ -60,10 +60,11 @@ def _new_export_dir(export_base: str) -> str:
 
 
 def publish(temporary: str, export_dir: str) -> None:
-    """The finished export under its final name. On a disk one rename: Serving never sees half of it. On a
-    bucket, where a rename is a copy and a delete per object, saved_model.pb moves last: an export without it
-    is no export to Serving nor to exports_in, so no reader loads one whose variables are still on the way."""
-    if not storage.is_bucket(temporary):
+    """The finished export under its final name. Where the store moves atomically (a disk: one rename) Serving
+    never sees half of it. Elsewhere (a bucket, where a move is a copy and a delete per object) saved_model.pb
+    moves last: an export without it is no export to Serving nor to exports_in, so no reader loads one whose
+    variables are still on the way. The store is asked (storage.has_atomic_move), not the path's scheme."""
+    if storage.has_atomic_move(temporary):
         storage.move(temporary, export_dir)
         return
     for name in sorted(storage.listdir(temporary), key=lambda n: n == SAVED_MODEL_FILE):

@@ -17,7 +17,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from estimator_mnist import checkpoints
+from estimator_mnist import checkpoints, storage
 from estimator_mnist.errors import UsageError
 from estimator_mnist.storage import basename, is_bucket, read_json
 from estimator_mnist.storage.urls import check_url
@@ -75,6 +75,7 @@ def find_export(path: str) -> str:
     """An export directory itself, else the newest export in an export base (an ensemble's), of a model_dir, or of
     a run directory's model_dir; a gs:// URL names any of these but a run directory. Other schemes: one line."""
     path = check_url(path, "predict", "--model") or path
+    storage.check_bucket(path)  # a bucket that does not exist, or no credentials: one line, exit 2
     if not is_bucket(path) and (Path(path) / SAVED_MODEL_FILE).is_file():
         return str(Path(path))
     candidates = export_candidates(path)

@@ -23,9 +23,12 @@ A damaged checkpoint is moved, never deleted, into `model_dir/damaged/`. Only da
 mismatch, a truncated file, an unparsable index (DataLoss and its kin). A read the storage refuses or fails
 says nothing about the checkpoint, and moving an intact newest checkpoint aside would send training back,
 possibly to step 0: PermissionDenied is permanent (exit 1, one line naming the path); NotFound (an NFS
-client's stale view) and other transient errors are read again READ_ATTEMPTS times, then the task exits 200
-naming the path, and nothing is moved. A listed checkpoint counts as gone only when a stat of its index file
-says so, never on a directory listing alone. The state file is read strictly (checkpoint_state.py). Every
+client's stale view) and other transient errors are read again for the storage bound
+(bounds.storage_retry_secs), then the task exits 200 naming the path, and nothing is moved. A listed
+checkpoint counts as gone only on a confirmed absence of its index file (checkpoints.confirmed_absent: ENOENT
+on two stats a retry interval apart, the listing agreeing), never because a read or a stat failed. The state
+file is read strictly (checkpoint_state.py) and is never rewritten while any read or stat failed: a failure
+raises out of the check before anything is written. Every
 listing, move, removal and write goes through the storage layer, on a disk and a bucket alike; the lock is
 model_dir_lock.py's (the storage layer's: flock, or a lease where the file system has no flock and on a bucket).
 """
@@ -39,6 +42,7 @@ from typing import Callable, List, Optional
 from estimator_mnist import checkpoints, storage
 from estimator_mnist.config import timeouts
 from estimator_mnist.errors import PermanentFailure, RetryableFailure
+from estimator_mnist.storage.bounds import storage_retry_secs
 from estimator_mnist.tf_task.checkpoint_state import MSG_STATE_UNREADABLE, STATE_FILE, read_listed, write_state
 from estimator_mnist.tf_task.model_dir_lock import exclusive
 
@@ -50,10 +54,10 @@ MSG_NONE_LEFT = "no intact checkpoint is left, so training starts again from ste
 ERR_DENIED = ("cannot read checkpoint {path}: permission denied ({problem}); it was not moved: give this task's "
               "user read access to model_dir and its files (or run the tasks as the user that wrote them), then "
               "start the task again")
-ERR_UNAVAILABLE = ("cannot read checkpoint {path} after {attempts} attempts ({problem}); it was not moved: the "
-                   "storage failed to serve it, not the checkpoint; exiting with 200 (retryable) so that a restart "
-                   "reads it again")
-READ_ATTEMPTS, READ_RETRY_SECS = checkpoints.READ_ATTEMPTS, checkpoints.READ_RETRY_SECS
+ERR_UNAVAILABLE = ("cannot read checkpoint {path} for {secs:.0f} s ({problem}); it was not moved, the state file "
+                   "was not changed: the storage failed to serve it, not the checkpoint; exiting with 200 "
+                   "(retryable) so that a restart reads it again")
+READ_RETRY_SECS = checkpoints.READ_RETRY_SECS
 WAIT_SECS, WAIT_POLL = timeouts.CHECKPOINT_REPAIR_WAIT_SECS, 1.0
 MSG_WAITING = ("{what}: this task is not the writer (the chief, or worker 0 without one), which alone repairs it; "
                "waiting up to {secs:.0f} s for its repair")
@@ -112,20 +116,25 @@ def verify_checkpoint(path: str) -> Optional[Problem]:
     return None
 
 
-def checked(path: str, verify: Callable[[str], Optional[Problem]], sleep=time.sleep) -> Optional[Problem]:
-    """verify(path), read again after a storage failure; a refusal or a lasting failure raises its one line.
-    GONE only when a stat of the index file itself finds none: a listing that lags (NFS) proves nothing."""
-    for attempt in range(1, READ_ATTEMPTS + 1):
+def checked(path: str, verify: Callable[[str], Optional[Problem]], sleep=time.sleep,
+            clock=time.monotonic) -> Optional[Problem]:
+    """verify(path), read again while the storage fails it, for the storage bound; a refusal or a lasting failure
+    raises its one line. GONE only on a confirmed absence of the index file (checkpoints.confirmed_absent),
+    whose stats that fail raise too: a failed stat is never an absence, a listing that lags (NFS) proves
+    nothing."""
+    bound = storage_retry_secs()
+    deadline = clock() + bound
+    while True:
         problem = verify(path)
         if problem is None or problem.kind == DAMAGED:
             return problem
         if problem.kind == DENIED:
             raise PermanentFailure(ERR_DENIED.format(path=path, problem=problem.text))
-        if attempt < READ_ATTEMPTS:
-            sleep(READ_RETRY_SECS)
-    if not storage.exists(path + checkpoints.INDEX_SUFFIX):  # taken away, not a storage failure
-        return Problem(GONE, problem.text)
-    raise RetryableFailure(ERR_UNAVAILABLE.format(path=path, attempts=READ_ATTEMPTS, problem=problem.text))
+        if checkpoints.confirmed_absent(path + checkpoints.INDEX_SUFFIX, sleep):  # taken away, not a failure
+            return Problem(GONE, problem.text)
+        if clock() + READ_RETRY_SECS > deadline:
+            raise RetryableFailure(ERR_UNAVAILABLE.format(path=path, secs=bound, problem=problem.text))
+        sleep(READ_RETRY_SECS)
 
 
 def _files_of(prefix: str) -> List[str]:
@@ -153,7 +162,7 @@ def move_aside(model_dir: str, prefix: str) -> str:
     return target
 
 
-def _check(model_dir: str, log, verify, sleep, writer: bool):
+def _check(model_dir: str, log, verify, sleep, writer: bool, clock=time.monotonic):
     """(the newest intact checkpoint, None) once the state is right; (None, why) when this task must wait."""
     listed = read_listed(model_dir, sleep)
     state_path = storage.join(model_dir, STATE_FILE)
@@ -161,7 +170,7 @@ def _check(model_dir: str, log, verify, sleep, writer: bool):
         return None, WAIT_STATE.format(path=state_path, problem=listed.problem)
     damaged, intact = [], None
     for path in reversed(listed.paths):
-        problem = checked(path, verify, sleep)
+        problem = checked(path, verify, sleep, clock)
         if problem is None:
             intact = path
             break
@@ -191,7 +200,7 @@ def fall_back_to_intact(model_dir: str, log: Callable[[str], None],
     deadline, said = clock() + WAIT_SECS, False
     while True:
         with exclusive(storage.join(model_dir, LOCK_FILE), log):
-            intact, waiting = _check(model_dir, log, verify, sleep, writer)
+            intact, waiting = _check(model_dir, log, verify, sleep, writer, clock)
         if waiting is None:
             return intact
         if clock() >= deadline:

@@ -15,7 +15,8 @@ training step instead: one thread per trainer, whatever the run's length. A
 step (`session.run` and the hooks' work around it) that lasts longer than
 `strategy.collective_timeout_secs` means a peer is lost or hung: the task names
 the peers that do not answer, and exits 200 (retryable), as the timed-out
-all-reduce did. It cannot raise into the step: the main thread is blocked in
+all-reduce did; time the whole process spent stopped (a suspended job) is left out (frozen_time.py). It cannot
+raise into the step: the main thread is blocked in
 C++, so the process ends here. Pinned by
 tests/unit/test_step_watchdog.py::test_a_step_that_outlasts_the_timeout_ends_the_task_retryably and
 tests/e2e/test_multi_host.py::test_a_link_lost_mid_training_ends_every_trainer_retryably_and_a_restart_resumes.
@@ -30,6 +31,7 @@ from typing import Callable, List, Optional, Tuple
 import tensorflow as tf
 
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, RETRYABLE_NOTE
+from estimator_mnist.frozen_time import FrozenTime
 from estimator_mnist.plan.peers import missing_peers
 from estimator_mnist.tf_task.teardown import exit_now
 
@@ -60,6 +62,7 @@ class StepWatchdogHook(tf.compat.v1.train.SessionRunHook):
         self._exit_fn, self._clock = exit_fn, clock
         self._poll_secs = poll_secs if poll_secs is not None else min(1.0, timeout_secs / 10.0)
         self._step_started: Optional[float] = None
+        self._frozen = FrozenTime(self._poll_secs, clock)  # a suspended job's stop is no step's wait
         self._stop = threading.Event()
         self.fired = False
 
@@ -77,6 +80,9 @@ class StepWatchdogHook(tf.compat.v1.train.SessionRunHook):
 
     def check(self) -> bool:
         """Ends the task if the current step is overdue; True if it did."""
+        frozen = self._frozen.frozen()
+        if frozen and self._step_started is not None:
+            self._step_started += frozen
         started = self._step_started
         if started is None or self.fired:
             return False

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 # One pytest-xdist worker runs all of these, since they share the session's Slurm cluster (one per worker).
-SLURM_MODULES = ("test_slurm", "test_slurm_operations", "test_slurm_sweep")
+SLURM_MODULES = ("test_slurm", "test_slurm_operations", "test_slurm_preemption", "test_slurm_sweep")
 
 
 def _unit(nodeid: str) -> str:

@@ -7,6 +7,8 @@ the state, spool, logs and pid files (`%n` gives each node its own), a munged on
 the nodes (the tasks inherit it; the machine's /etc/hosts is never edited). slurmd enters only the network
 namespace with `nsenter --net`: under `ip netns exec`, which remounts /sys, it stops with "No filesystem
 mounted on /sys/fs/cgroup". Client commands (sbatch, scontrol, scancel) run in n1's namespace.
+Its default partition is preempted by the partition HIGH_PARTITION as a site configures it (REQUEUE with a
+GraceTime, no send_user_signal); tests/e2e/slurm_events.py switches its mode, preempts, fails a node.
 With `reserved_ports` slurm.conf reserves ports for steps (MpiParams=ports=...); without, the common
 configuration, the tasks choose their own (plan/slurm_ports.py): the suite runs both.
 close() stops the daemons by PID and deletes the namespaces, also after a failure; should the test process
@@ -38,6 +40,13 @@ RESERVED_PORTS = "20000-20999"
 START_SECS = 60
 # A requeued job may start again cred_expire + 1 s later (Slurm 22.05, job_mgr.c; default 120 s): shorter here.
 CRED_EXPIRE_SECS = 15
+# Preemption as sites configure it: partition priority, REQUEUE mode with a grace time, no
+# PreemptParameters=send_user_signal (Slurm's default: only the steps get SIGTERM at the grace's start).
+GRACE_SECS = 60
+HIGH_PARTITION = "high"  # its jobs preempt the default partition's
+# A node whose slurmd stops answering is DOWN after this (default 300 s): the node-failure test waits for it.
+SLURMD_TIMEOUT_SECS = 20
+PREEMPTION = {"grace": GRACE_SECS, "high": HIGH_PARTITION, "slurmd_timeout": SLURMD_TIMEOUT_SECS}
 
 SLURM_CONF = """\
 ClusterName=em{tag}
@@ -71,8 +80,12 @@ ReturnToService=2
 KillWait={kill_wait}
 MinJobAge=600
 InactiveLimit=0
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+SlurmdTimeout={slurmd_timeout}
 {nodes}
-PartitionName=em Nodes=n[1-2] Default=YES MaxTime=INFINITE State=UP
+PartitionName=em Nodes=n[1-2] Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime={grace}
+PartitionName={high} Nodes=n[1-2] MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
 """
 
 
@@ -106,7 +119,7 @@ class SlurmCluster:
         self.conf.write_text(SLURM_CONF.format(
             tag=self.tag, hostname=socket.gethostname(), ctld_address=ADDRESSES["a"], ctld_port=CTLD_PORT,
             slurmd_port=SLURMD_PORT, munge_socket=self.root / "munge" / "socket", root=self.root, nodes=nodes,
-            kill_wait=kill_wait, cred_expire=CRED_EXPIRE_SECS,
+            kill_wait=kill_wait, cred_expire=CRED_EXPIRE_SECS, **PREEMPTION,
             mpi_params=f"MpiParams=ports={RESERVED_PORTS}\n" if self.reserved_ports else ""))
         machine_hosts = Path("/etc/hosts").read_text(encoding="utf-8")
         names = "".join(f"{ADDRESSES[host]} {name}\n" for name, host in NODES.items())
@@ -171,8 +184,8 @@ class SlurmCluster:
         return proc
 
     def next_job_id_at_least(self, job_id: int) -> None:
-        """The next job submitted gets `job_id` or more: sbatch has no --jobid in Slurm 22.05, but slurmctld takes
-        its next id as at least FirstJobId, which `scontrol reconfigure` re-reads (job_mgr.c, get_next_job_id)."""
+        """The next job submitted gets `job_id` or more (sbatch has no --jobid in Slurm 22.05): slurmctld's next id
+        is at least FirstJobId, which `scontrol reconfigure` re-reads (job_mgr.c, get_next_job_id)."""
         lines = [line for line in self.conf.read_text().splitlines() if not line.startswith("FirstJobId=")]
         self.conf.write_text("\n".join(lines + [f"FirstJobId={job_id}"]) + "\n")
         self.run(["scontrol", "reconfigure"])

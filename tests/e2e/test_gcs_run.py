@@ -29,6 +29,7 @@ from estimator_mnist.progress import read_progress
 from tests.e2e.simulated_hosts import require_namespaces
 from tests.e2e.simulated_pods import SimulatedPods
 from tests.gcs_netns import NamespaceListener
+from tests.gcs_faults import PRODUCT_AGENT, TF_AGENT
 from tests.helpers import CLUSTER_YAML, REPO, free_ports, launch_cluster
 
 # The suite's cluster (tests/helpers.py) as a chief, a worker and an evaluator, with model_dir in the bucket.
@@ -55,13 +56,16 @@ def bucket_run(gcs_server, mnist_data_dir, tmp_path_factory):
     gcs_server.proxy.reset()
     bucket = gcs_server.create_bucket()
     model_dir = f"gs://{bucket}/runs/mnist"
-    # Faults in both clients' traffic: TensorFlow's (the checkpoint state file) and the product's own records.
-    faults = [gcs_server.proxy.inject(503, times=3, name="checkpoint"),
-              gcs_server.proxy.inject(503, times=3, name="eval_results.jsonl")]
+    # Faults in both clients' traffic, each only in its client's (by User-Agent): TensorFlow's own requests for
+    # the checkpoint state file (the product reads that file too, and without the agent its reads took the
+    # three 503s before TensorFlow asked), and the product's own for its evaluation records.
+    faults = [gcs_server.proxy.inject(503, times=3, name="checkpoint", agent=TF_AGENT),
+              gcs_server.proxy.inject(503, times=3, name="eval_results.jsonl", agent=PRODUCT_AGENT)]
     code, out, summary = launch_cluster(tmp_path, GCS_YAML, 2, steps=STEPS, save=SAVE, data_dir=mnist_data_dir,
                                         model_dir=model_dir, env={**os.environ, **gcs_server.env()})
     run = {"code": code, "out": out, "summary": summary, "bucket": bucket, "model_dir": model_dir,
-           "tmp": tmp_path, "faults": [f.hits for f in faults], "refused": list(gcs_server.proxy.refused),
+           "tmp": tmp_path, "faults": [f.hits for f in faults],
+           "fault_agents": [sorted(set(f.hit_agents)) for f in faults], "refused": list(gcs_server.proxy.refused),
            "objects": gcs_server.objects(bucket)}
     gcs_server.proxy.reset()
     return run
@@ -80,7 +84,9 @@ def test_launch_trains_evaluates_and_exports_into_the_bucket(bucket_run):
     assert not any("/export/latest/temp-" in n for n in names), names  # no temporary export left behind
     assert {"runs/mnist/eval_results.jsonl", "runs/mnist/progress/chief-0.json",
             "runs/mnist/progress/worker-0.json"} <= set(names)
-    assert bucket_run["faults"] == [3, 3]  # both clients met their 503s and went on
+    assert bucket_run["faults"] == [3, 3]  # TensorFlow and the product each met their own 503s and went on
+    tf_agents, product_agents = bucket_run["fault_agents"]
+    assert tf_agents == [TF_AGENT] and product_agents and product_agents[0].startswith(PRODUCT_AGENT)
     assert bucket_run["refused"] == []  # nothing tried to leave the machine
 
 

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from estimator_mnist.checkpoints import ERR_READ_DENIED
+from estimator_mnist.storage.errors import ERR_DENIED
 from tests.helpers import REPO, error_pattern, free_ports
 from tests.system_packages import require_debian_packages
 from tests.unit.test_checkpoint_repair import _save_checkpoints
@@ -64,7 +64,8 @@ def test_a_checkpoint_the_storage_refuses_is_one_line_exit_1_and_stays(tmp_path)
     result, errors = _train_without_override(tmp_path, model_dir)
     assert result.returncode == 1, result.stderr[-3000:]
     assert len(errors) == 1 and f"cannot read checkpoint {paths[-1]}: permission denied" in errors[0], errors
-    assert sorted(os.listdir(model_dir)) == sorted(before + [".checkpoint-check.lock"])
+    # Only the check's lock and its directory's lock scheme record (storage/lock.py) are new.
+    assert sorted(os.listdir(model_dir)) == sorted(before + [".checkpoint-check.lock", ".lock-scheme.json.1"])
     assert not (model_dir / "damaged").exists()
 
 
@@ -79,6 +80,6 @@ def test_a_state_file_the_storage_refuses_is_one_line_exit_1_and_not_rewritten(t
     os.chmod(state, 0)
     result, errors = _train_without_override(tmp_path, model_dir)
     assert result.returncode == 1, result.stderr[-3000:]
-    assert len(errors) == 1 and re.search(error_pattern(ERR_READ_DENIED), errors[0]), errors
-    assert f"cannot read {state}: permission denied" in errors[0]
+    assert len(errors) == 1 and re.search(error_pattern(ERR_DENIED), errors[0]), errors
+    assert f"{state}: the storage refused access (Permission denied)" in errors[0]
     assert state.read_bytes() == text and not (model_dir / "damaged").exists()

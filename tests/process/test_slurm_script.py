@@ -23,10 +23,17 @@ n=$(wc -l < "$FAKE/steps")
 echo step >> "$FAKE/steps"
 code=$(sed -n "$((n + 1))p" "$FAKE/codes")
 echo "srun $*" >> "$FAKE/calls"
+said() {  # each task's word, as train's parent publishes it when asked to stop (slurm_task_end.py)
+  mkdir -p "$FAKE/model/slurm/$SLURM_JOB_ID"
+  for r in 0 1 2; do
+    echo "{\\"step\\": \\"attempt $ESTIMATOR_MNIST_SLURM_ATTEMPT\\", \\"rank\\": $r, \\"signal\\": \\"SIGTERM\\", \\"code\\": 200}" \\
+      > "$FAKE/model/slurm/$SLURM_JOB_ID/end-rank-$r.json"
+  done
+}
 case "$code" in wait*)  # runs until SIGTERM, then its tasks end with the code after "wait" (200 by default)
   end=${code#wait}; end=${end:-200}
   if [ "$end" = 0 ]; then trap 'exit 0' TERM
-  else trap 'echo "srun: error: n1: task 0: Exited with exit code '"$end"'" >&2; exit 143' TERM; fi
+  else trap 'said; echo "srun: error: n1: task 0: Exited with exit code '"$end"'" >&2; exit 143' TERM; fi
   echo $$ > "$FAKE/running"; while :; do sleep 0.1; done ;;
 esac
 [ "$code" = 0 ] && exit 0
@@ -35,13 +42,32 @@ echo "srun: error: n1: tasks 0-1: Terminated" >&2
 exit 143
 """
 FAKE_SCANCEL = '#!/bin/bash\necho "scancel $*" >> "$FAKE/calls"\n'
-FAKE_SCONTROL = ('#!/bin/bash\necho "scontrol $*" >> "$FAKE/calls"\n'
-                 '[ "$*" = "show config" ] && [ -e "$FAKE/mpi_ports" ] && echo "MpiParams               = ports=20000-20999"\n'
-                 # The job's state as Slurm 22.05 shows it in the batch shell's trap: RUNNING after a warning
-                 # (time limit, preemption, scancel --batch), COMPLETING after a plain scancel.
-                 '[ "$1 $2 $3" = "-o show job" ] && echo "JobId=$4 JobState=$(cat "$FAKE/job_state" 2>/dev/null || '
-                 'echo RUNNING) Reason=None PreemptTime=None"\n'
-                 'exit 0\n')
+RUNNING = "JobState=RUNNING Reason=None Restarts=0 PreemptTime=None"
+# scontrol, as Slurm 22.05 prints for the job in the batch shell (read from its source and the test cluster): the
+# job's fields from $FAKE/job (RUNNING, not preempted, by default), the partition's PreemptMode from
+# $FAKE/preempt_mode, the nodes' states from $FAKE/nodes; `requeue` succeeds, or with $FAKE/requeue_error fails
+# with its text, and with $FAKE/requeued_meanwhile shows the job requeued by Slurm after the failure.
+FAKE_SCONTROL = r"""#!/bin/bash
+echo "scontrol $*" >> "$FAKE/calls"
+case "$1 $2 $3" in
+  "show config "*) [ -e "$FAKE/mpi_ports" ] && echo "MpiParams               = ports=20000-20999"
+    [ -e "$FAKE/user_signal" ] && echo "PreemptParameters       = send_user_signal"; exit 0 ;;
+  "-o show job") echo "JobId=$4 JobName=job $(cat "$FAKE/job" 2>/dev/null || echo "$RUNNING") Partition=em" \
+    "Command=$FAKE/job.sh"; exit 0 ;;
+  "-o show partition") echo "PartitionName=$4 PreemptMode=$(cat "$FAKE/preempt_mode" 2>/dev/null || echo OFF)" \
+    "GraceTime=60"; exit 0 ;;
+  "-o show node") cat "$FAKE/nodes" 2>/dev/null || printf 'NodeName=n1 State=ALLOCATED\nNodeName=n2 State=ALLOCATED\n'
+    exit 0 ;;
+esac
+if [ "$1" = requeue ] && [ -e "$FAKE/requeue_error" ]; then
+  [ -e "$FAKE/requeued_meanwhile" ] && cp "$FAKE/requeued_meanwhile" "$FAKE/job"
+  echo "scontrol: error: $(cat "$FAKE/requeue_error")" >&2; exit 1
+fi
+exit 0
+""".replace("$RUNNING", RUNNING)
+PREEMPTED = "JobState=RUNNING Reason=None Restarts=0 PreemptTime=2026-11-28T10:00:00"
+CANCELLED = "JobState=COMPLETING Reason=None Restarts=0 PreemptTime=None"
+REQUEUED = "JobState=COMPLETING Reason=None Restarts=1 PreemptTime=None"
 
 
 @pytest.fixture
@@ -119,18 +145,25 @@ def test_a_permanent_or_usage_failure_ends_the_job_with_its_code(fake, code):
     assert f"estimator-mnist: error: a task exited {code}; the job ends with it" in result.stdout
 
 
-def signal_the_batch_shell(fake, step_ends):
-    """SIGTERM to the batch shell while a step runs, whose tasks then end with `step_ends` (200: stopped)."""
+def stop_the_step(fake, step_ends, batch=True, job=None, mode=None):
+    """Slurm's SIGTERM while a step runs: to the batch shell too when `batch` (a cancel, a requeue, a time limit's
+    --signal=B:TERM, send_user_signal), then to the step, whose tasks end with `step_ends` (200: stopped). `job`:
+    the job's fields scontrol shows from then on; `mode`: the partition's PreemptMode."""
     tmp_path, env = fake
     (tmp_path / "codes").write_text(f"wait{step_ends}\n0\n")
+    if mode:
+        (tmp_path / "preempt_mode").write_text(mode)
     proc = subprocess.Popen(["bash", str(tmp_path / "job.sh")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, cwd=tmp_path, start_new_session=True)
     try:
         deadline = time.monotonic() + 30
         while not (tmp_path / "running").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        proc.send_signal(signal.SIGTERM)  # to the batch shell only, as --signal=B:TERM and scancel --batch do
-        time.sleep(0.5)
+        if job:
+            (tmp_path / "job").write_text(job)  # as slurmctld sets it before it signals anything
+        if batch:
+            proc.send_signal(signal.SIGTERM)  # to the batch shell only, as --signal=B:TERM and scancel --batch do
+            time.sleep(0.5)
         # The stand-in scancel only records; end the step as Slurm would, with SIGTERM to its tasks.
         os.kill(int((tmp_path / "running").read_text()), signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
@@ -140,28 +173,120 @@ def signal_the_batch_shell(fake, step_ends):
     return proc.returncode, out, (tmp_path / "calls").read_text()
 
 
+def summary_of(fake):
+    return json.loads((fake[0] / "run" / "run_summary.json").read_text())
+
+
 def test_a_signalled_batch_shell_stops_the_step_and_requeues(fake):
-    code, out, calls = signal_the_batch_shell(fake, 200)
+    """A time limit's warning (--signal=B:TERM@N) or scancel --batch: RUNNING, not preempted."""
+    code, out, calls = stop_the_step(fake, 200)
     assert "scancel --signal=TERM 77" in calls and "scontrol requeue 77" in calls
     assert code == 0 and "requeueing the job" in out and steps_run(fake) == 1
 
 
+def test_a_user_s_scancel_signal_to_the_steps_reruns_the_step(fake):
+    code, out, calls = stop_the_step(fake, 200, batch=False)
+    assert code == 0 and steps_run(fake) == 2 and "scontrol requeue" not in calls, out
+    assert "scontrol -o show job 77" in calls and "running it again" in out, out
+
+
 def test_a_cancelled_job_is_not_requeued_and_its_summary_says_cancelled(fake):
-    (fake[0] / "job_state").write_text("COMPLETING\n")  # a plain scancel: CANCELLED|COMPLETING
-    code, out, calls = signal_the_batch_shell(fake, 200)
+    (fake[0] / "model" / "slurm" / "77").mkdir(parents=True)  # the step's records: gone with the job
+    code, out, calls = stop_the_step(fake, 200, job=CANCELLED)
     assert "scontrol -o show job 77" in calls and "scontrol requeue" not in calls and "requeueing" not in out, out
-    assert code == 0 and "cancelled (JobState=COMPLETING Reason=None: cancelled (scancel)): the step's tasks stopped " \
-        "with 200; not requeued: a cancel is final" in out and steps_run(fake) == 1
-    summary = json.loads((fake[0] / "run" / "run_summary.json").read_text())
+    assert code == 0 and "cancelled (JobState=COMPLETING Reason=None Restarts=0: cancelled (scancel)): signalled; " \
+        "the step's tasks stopped with 200; not requeued: a cancel is final" in out and steps_run(fake) == 1
+    summary = summary_of(fake)
     assert summary["status"].startswith("cancelled (scancel)") and summary["slurm"]["cancelled"] is True
+    assert not (fake[0] / "model" / "slurm" / "77").exists()
+
+
+# Slurm's preemption, as sites configure it: the partition's PreemptMode, with or without send_user_signal
+# (whether the batch shell gets SIGTERM), with a GraceTime (the job still RUNNING, PreemptTime set: the script
+# acts) or without (Slurm requeued or killed the job at once: Restarts=1, or COMPLETING, before any signal).
+@pytest.mark.parametrize("mode", ["REQUEUE", "CANCEL"])
+@pytest.mark.parametrize("send_user_signal", [False, True])
+@pytest.mark.parametrize("grace", [60, 0])
+def test_a_preemption_requeues_in_requeue_mode_and_ends_the_job_in_cancel_mode(fake, mode, send_user_signal, grace):
+    if grace:
+        job = PREEMPTED
+    else:
+        job = PREEMPTED.replace("RUNNING", "COMPLETING").replace("Restarts=0", f"Restarts={int(mode == 'REQUEUE')}")
+    code, out, calls = stop_the_step(fake, 200, batch=send_user_signal or not grace, job=job, mode=mode)
+    lines = [line for line in out.splitlines() if line.startswith("estimator-mnist:")]
+    assert steps_run(fake) == 1, out  # never another step once preempted
+    assert not [line for line in lines if "error" in line or "resubmit" in line], out
+    record = json.loads((fake[0] / "model" / RECORD_FILE).read_text()) if grace else None
+    if grace:  # the stop booked: a preemption, never an incident
+        assert len(record["preemptions"]) == 1 and record["incidents"] == [], record
+    if mode == "REQUEUE":
+        assert code == 0 and ("scontrol requeue 77" in calls) == bool(grace), (calls, out)
+        said = "requeueing the job, which resumes from step" if grace else "preempted and requeued by Slurm at its " \
+            "grace time's end (PreemptMode=REQUEUE): it resumes from step"
+        assert said in out, out
+        assert summary_of(fake)["slurm"]["event"] == ("requeue" if grace else "slurm-requeued")
+    else:
+        assert code == 200 and "scontrol requeue" not in calls, (calls, out)
+        [line] = [line for line in lines if "preempted" in line]
+        assert "Slurm preempted the job and cancels it (preempted by Slurm (partition em: PreemptMode=CANCEL)): " \
+            f"not requeued; it stopped at step None, saved: to resume from it, submit the same script again " \
+            f"(sbatch {fake[0] / 'job.sh'})" in line, line
+        summary = summary_of(fake)
+        assert summary["slurm"]["event"] == "preempted-cancel" and "not requeued" in summary["status"], summary
+
+
+@pytest.mark.parametrize("send_user_signal", [False, True])
+def test_the_warning_after_a_preemption_signals_the_steps_only_where_slurm_did_not(fake, send_user_signal):
+    """Without send_user_signal Slurm SIGTERMs the steps at the grace's start, and the batch shell's --signal
+    warning follows (the grace brings the job's end near): a second SIGTERM would end the tasks at once."""
+    if send_user_signal:
+        (fake[0] / "user_signal").write_text("")
+    code, out, calls = stop_the_step(fake, 200, job=PREEMPTED, mode="REQUEUE")
+    assert ("scancel --signal=TERM 77" in calls) == send_user_signal, calls
+    assert code == 0 and "scontrol requeue 77" in calls and "requeueing the job" in out, out
+
+
+@pytest.mark.parametrize("job, nodes, event", [
+    (REQUEUED, "NodeName=n1 State=ALLOCATED\nNodeName=n2 State=DOWN+NOT_RESPONDING\n",
+     "requeued by Slurm after a node failure (n2 DOWN+NOT_RESPONDING)"),
+    (REQUEUED, None, "requeued by an operator (scontrol requeue)"),
+    (REQUEUED.replace("Reason=None", "Reason=JobHeldUser"), None, "requeued and held (scontrol requeuehold)"),
+])
+def test_a_job_slurm_or_an_operator_requeued_is_left_to_resume_and_named(fake, job, nodes, event):
+    if nodes:
+        (fake[0] / "nodes").write_text(nodes.replace("\\n", "\n"))
+    code, out, calls = stop_the_step(fake, 200, job=job)
+    assert code == 0 and "scontrol requeue" not in calls and steps_run(fake) == 1, (calls, out)
+    assert event in out and "cancel" not in out, out
+    summary = summary_of(fake)
+    assert summary["status"].startswith(event) and summary["slurm"]["event"] == "slurm-requeued", summary
+
+
+def test_a_requeue_slurm_was_first_to_do_is_no_error(fake):
+    """scontrol requeue fails with ESLURM_JOB_PENDING when Slurm requeued the job meanwhile (its grace's end)."""
+    (fake[0] / "requeue_error").write_text("Requeue of JobId=77 returned an error: Job is pending execution")
+    (fake[0] / "requeued_meanwhile").write_text(PREEMPTED.replace("Restarts=0", "Restarts=1"))
+    code, out, calls = stop_the_step(fake, 200, batch=False, job=PREEMPTED, mode="REQUEUE")
+    assert code == 0 and "scontrol requeue 77" in calls and "error" not in out, out
+    assert "preempted and requeued by Slurm at its grace time's end (PreemptMode=REQUEUE): it resumes" in out, out
+
+
+def test_a_requeue_refused_says_so_once_and_ends_the_job_with_200(fake):
+    (fake[0] / "requeue_error").write_text("Requeue of JobId=77 returned an error: Requeue of job is disabled")
+    code, out, _ = stop_the_step(fake, 200, batch=False, job=PREEMPTED, mode="REQUEUE")
+    errors = [line for line in out.splitlines() if "error" in line]
+    assert code == 200 and len(errors) == 1 and "scontrol requeue 77 failed (Requeue of JobId=77 returned an " \
+        "error: Requeue of job is disabled)" in errors[0] and "submit the script again" in errors[0], out
 
 
 @pytest.mark.parametrize("step_ends", [0, 1, 2])
 def test_a_signal_that_meets_a_final_outcome_does_not_requeue(fake, step_ends):
     """The step finished (0) or failed for good (1, 2) as the signal came: the job ends with that code."""
-    code, out, calls = signal_the_batch_shell(fake, step_ends)
+    (fake[0] / "model" / "slurm" / "77").mkdir(parents=True)
+    code, out, calls = stop_the_step(fake, step_ends)
     assert code == step_ends and "scontrol requeue" not in calls and "requeueing" not in out, out
     assert f"but the step's code is {step_ends}: not requeued" in out and steps_run(fake) == 1
+    assert not (fake[0] / "model" / "slurm" / "77").exists()  # the job ended: its records with it
 
 
 @pytest.mark.parametrize("reserves", [True, False])

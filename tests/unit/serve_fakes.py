@@ -5,6 +5,7 @@ gRPC on a loopback port of this process."""
 
 from __future__ import annotations
 
+import queue
 import socket
 import threading
 from contextlib import contextmanager
@@ -115,18 +116,34 @@ def hold_calls(serve: Serve) -> threading.Event:
 
 
 @contextmanager
-def live_http(serve: Serve, max_body_bytes: int, cors: bool = False, threads: int = 4):
-    """serve's app under the real waitress server on a loopback socket, driven by a thread as server.py drives
-    it: (HttpServer, base URL, port)."""
+def live_http(serve: Serve, max_body_bytes: int, cors: bool = False, threads: int = 4, receive_secs: float = 30.0):
+    """serve's app under the real waitress server on a loopback socket, driven by one thread as server.py's main
+    thread drives it: (HttpServer, base URL, port, on_loop). `on_loop(call)` runs `call` on that thread between
+    two polls and returns once it did, as serve stops accepting on the thread that polls (closing the listening
+    socket from another thread while the poll waits on it ends the poll with EBADF)."""
     sock = socket.create_server(("127.0.0.1", 0))
     app = create_app(serve.api, max_body_bytes=max_body_bytes, cors=cors)
-    http = HttpServer(app, sock, serve.api.lifecycle, max_body_bytes, threads=threads)
-    stop = threading.Event()
-    loop = threading.Thread(target=lambda: [http.poll(0.05) for _ in iter(stop.is_set, True)])
+    http = HttpServer(app, sock, serve.api.lifecycle, max_body_bytes, threads=threads, receive_secs=receive_secs)
+    stop, calls = threading.Event(), queue.Queue()
+
+    def drive():
+        while not stop.is_set():
+            while not calls.empty():
+                call, done = calls.get()
+                call()
+                done.set()
+            http.poll(0.05)
+
+    def on_loop(call) -> None:
+        done = threading.Event()
+        calls.put((call, done))
+        assert done.wait(10), "the poll thread did not run the call"
+
+    loop = threading.Thread(target=drive)
     loop.start()
     port = sock.getsockname()[1]
     try:
-        yield http, f"http://127.0.0.1:{port}", port
+        yield http, f"http://127.0.0.1:{port}", port, on_loop
     finally:
         stop.set()
         loop.join()

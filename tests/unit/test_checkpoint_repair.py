@@ -10,8 +10,10 @@ import tensorflow as tf
 from estimator_mnist.errors import PermanentFailure, RetryableFailure
 from estimator_mnist import storage
 from estimator_mnist.storage import lock
+from estimator_mnist.storage.bounds import STORAGE_RETRY_SECS
 from estimator_mnist.tf_task import checkpoint_repair
 from estimator_mnist.tf_task.checkpoint_repair import fall_back_to_intact, verify_checkpoint
+from tests.disk_faults import failing_stats, short_storage_bound
 
 
 def _save_checkpoints(model_dir, steps=(10, 20, 30)):
@@ -173,7 +175,8 @@ def _failing(paths, problem, calls):
 
 
 def _files(model_dir):
-    return sorted(name for name in os.listdir(model_dir) if name != checkpoint_repair.LOCK_FILE)
+    return sorted(name for name in os.listdir(model_dir) if name != checkpoint_repair.LOCK_FILE
+                  and not name.startswith(lock.SCHEME_FILE))
 
 
 def test_a_newest_checkpoint_the_storage_refuses_is_not_moved_and_is_one_line_exit_1(model_dir):
@@ -188,14 +191,21 @@ def test_a_newest_checkpoint_the_storage_refuses_is_not_moved_and_is_one_line_ex
 
 
 def test_a_newest_checkpoint_the_storage_fails_to_serve_is_read_again_then_200(model_dir):
+    """Read again for the storage bound (its index file is there by every stat), then 200: nothing moved."""
     paths = _save_checkpoints(model_dir)
-    before, calls, slept = _files(model_dir), [], []
+    before, calls, now = _files(model_dir), [], [0.0]
     problem = checkpoint_repair.Problem(checkpoint_repair.UNAVAILABLE, "Stale file handle")
+
+    def sleep(secs):
+        now[0] += secs
+
     with pytest.raises(RetryableFailure) as error:
-        fall_back_to_intact(model_dir, print, verify=_failing(paths, problem, calls), sleep=slept.append)
+        fall_back_to_intact(model_dir, print, verify=_failing(paths, problem, calls), sleep=sleep,
+                            clock=lambda: now[0])
     assert str(error.value) == checkpoint_repair.ERR_UNAVAILABLE.format(
-        path=paths[-1], attempts=checkpoint_repair.READ_ATTEMPTS, problem="Stale file handle")
-    assert calls == [paths[-1]] * checkpoint_repair.READ_ATTEMPTS and len(slept) == checkpoint_repair.READ_ATTEMPTS - 1
+        path=paths[-1], secs=STORAGE_RETRY_SECS, problem="Stale file handle")
+    assert STORAGE_RETRY_SECS - 2 * checkpoint_repair.READ_RETRY_SECS <= now[0] <= STORAGE_RETRY_SECS
+    assert len(calls) > 3 and set(calls) == {paths[-1]}
     assert _files(model_dir) == before and tf.train.latest_checkpoint(model_dir) == paths[-1]
 
 
@@ -215,6 +225,25 @@ def test_a_listed_checkpoint_whose_files_were_taken_away_is_dropped(model_dir):
     assert lines == [checkpoint_repair.MSG_GONE.format(path=paths[-1],
                                                        outcome=checkpoint_repair.MSG_RESUME.format(path=paths[1]))]
     assert tf.train.latest_checkpoint(model_dir) == paths[1]
+
+
+@pytest.mark.parametrize("code", [errno.ESTALE, errno.EIO])
+def test_a_checkpoint_whose_stat_fails_is_never_gone_and_the_state_is_kept(model_dir, monkeypatch, code):
+    """Issue 57: its reads fail and so does every stat of its index file (os.path.exists answered False): it is
+    not dropped, the state file keeps its bytes, and the task exits 200 naming the index file."""
+    paths = _save_checkpoints(model_dir)
+    state = os.path.join(model_dir, "checkpoint")
+    with open(state, "rb") as handle:
+        before = handle.read()
+    short_storage_bound(monkeypatch, 0.5)
+    failing_stats(monkeypatch, paths[-1] + ".index", OSError(code, os.strerror(code)))
+    problem = checkpoint_repair.Problem(checkpoint_repair.UNAVAILABLE, os.strerror(code))
+    with pytest.raises(RetryableFailure) as error:
+        fall_back_to_intact(model_dir, print, verify=_failing(paths, problem, []), sleep=lambda s: None)
+    assert f"{paths[-1]}.index: the storage failed to serve it" in str(error.value)
+    with open(state, "rb") as handle:
+        assert handle.read() == before
+    assert not os.path.exists(os.path.join(model_dir, checkpoint_repair.DAMAGED_DIR))
 
 
 def test_a_file_system_without_flock_checks_with_one_warning(model_dir, monkeypatch):

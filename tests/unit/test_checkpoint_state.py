@@ -10,15 +10,23 @@ import tensorflow as tf
 
 from estimator_mnist import checkpoints, storage
 from estimator_mnist.errors import PermanentFailure, RetryableFailure
-from estimator_mnist.storage.errors import StorageDenied, StorageUnavailable
+from estimator_mnist.storage import local
+from estimator_mnist.storage.errors import ERR_DENIED, ERR_UNAVAILABLE, StorageDenied, StorageUnavailable
 from estimator_mnist.tf_task import checkpoint_repair, checkpoint_state
 from estimator_mnist.tf_task.checkpoint_repair import fall_back_to_intact
 from tests import memory_bucket
+from tests.disk_faults import failing_opens, short_storage_bound
 from tests.helpers import error_pattern
 from tests.unit.test_checkpoint_repair import _save_checkpoints, _truncate
 
 BUCKET_DIR = "gs://bucket/model"
 STEPS = (10, 20, 30)
+BOUND_SECS = 1.0  # the storage bound in these tests: a disk's failing read is asked again for this long
+
+
+@pytest.fixture(autouse=True)
+def bound(monkeypatch):
+    short_storage_bound(monkeypatch, BOUND_SECS)
 
 
 @pytest.fixture
@@ -45,16 +53,8 @@ class Clock:
         self.now += secs
 
 
-def _failing_reads(monkeypatch, path, errors):
-    """The local store's reads of `path` raise `errors` one by one, then read the file."""
-    read = storage.store_for(path).read_bytes
-
-    def read_bytes(where):
-        if where == path and errors:
-            raise errors.pop(0)
-        return read(where)
-
-    monkeypatch.setattr(storage.store_for(path), "read_bytes", read_bytes)
+def _failing_reads(monkeypatch, path, errors, forever=False):
+    failing_opens(monkeypatch, path, errors, forever)
 
 
 def _state(model_dir):
@@ -70,22 +70,26 @@ def test_a_state_file_refused_is_one_line_exit_1_and_not_rewritten(model_dir, mo
     paths = _save_checkpoints(model_dir)
     before = _bytes(_state(model_dir))
     _failing_reads(monkeypatch, _state(model_dir), [PermissionError(errno.EACCES, "Permission denied")])
-    with pytest.raises(PermanentFailure) as error:
+    with pytest.raises(StorageDenied) as error:
         fall_back_to_intact(model_dir, print, sleep=_no_sleep)
-    assert str(error.value) == checkpoints.ERR_READ_DENIED.format(path=_state(model_dir), problem="Permission denied")
+    assert str(error.value) == ERR_DENIED.format(path=_state(model_dir), problem="Permission denied")
+    assert isinstance(error.value, PermanentFailure)
     assert _bytes(_state(model_dir)) == before and tf.train.latest_checkpoint(model_dir) == paths[-1]
 
 
 @pytest.mark.parametrize("code", [errno.EIO, errno.ESTALE])
 def test_a_state_file_the_disk_fails_to_serve_is_read_again_then_200(model_dir, monkeypatch, code):
     paths = _save_checkpoints(model_dir)
-    before, slept = _bytes(_state(model_dir)), []
-    _failing_reads(monkeypatch, _state(model_dir), [OSError(code, os.strerror(code))] * checkpoints.READ_ATTEMPTS)
-    with pytest.raises(RetryableFailure) as error:
-        fall_back_to_intact(model_dir, print, sleep=slept.append)
-    assert str(error.value) == checkpoints.ERR_READ_FAILED.format(
-        path=_state(model_dir), attempts=checkpoints.READ_ATTEMPTS, problem=os.strerror(code))
-    assert slept == [checkpoints.READ_RETRY_SECS] * (checkpoints.READ_ATTEMPTS - 1)
+    before, opened = _bytes(_state(model_dir)), []
+    _failing_reads(monkeypatch, _state(model_dir), [OSError(code, os.strerror(code))], forever=True)
+    real_open = local.open
+    monkeypatch.setattr(local, "open", lambda where, *a, **k: opened.append(where) or real_open(where, *a, **k))
+    with pytest.raises(StorageUnavailable) as error:
+        fall_back_to_intact(model_dir, print, sleep=_no_sleep)
+    assert str(error.value) == ERR_UNAVAILABLE.format(path=_state(model_dir), secs=BOUND_SECS,
+                                                      problem=os.strerror(code))
+    assert isinstance(error.value, RetryableFailure) and error.value.errno == code
+    assert opened.count(_state(model_dir)) >= 3  # asked again within the bound
     assert _bytes(_state(model_dir)) == before and tf.train.latest_checkpoint(model_dir) == paths[-1]
 
 
@@ -242,6 +246,6 @@ def test_a_bucket_state_names_checkpoints_tensorflow_and_the_launcher_both_read(
 
 
 def test_the_error_texts_are_one_line_templates():
-    for template in (checkpoints.ERR_READ_DENIED, checkpoints.ERR_READ_FAILED, checkpoint_repair.ERR_NOT_REPAIRED,
+    for template in (checkpoints.ERR_READ_FAILED, checkpoint_repair.ERR_NOT_REPAIRED,
                      checkpoint_repair.MSG_WAITING):
         assert "\n" not in template and error_pattern(template)

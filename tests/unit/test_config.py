@@ -9,7 +9,7 @@ import pytest
 from estimator_mnist import cli
 from estimator_mnist.config import TaskId, load_config, schema as C
 from estimator_mnist.errors import UsageError
-from estimator_mnist.storage.urls import ERR_BUCKET, ERR_SCHEME
+from estimator_mnist.storage.urls import ERR_BUCKET, ERR_MALFORMED, ERR_SCHEME
 from tests.helpers import REPO
 
 BAD = Path(__file__).parent / "bad_configs"
@@ -228,6 +228,18 @@ def test_a_bucket_url_that_names_no_bucket_is_refused(write_yaml, value, why):
     with pytest.raises(UsageError) as error:
         load_config(write_yaml(f"cluster: {{chief: ['localhost:2222']}}\nmodel_dir: '{value}'\n"))
     assert str(error.value).endswith(ERR_BUCKET.format(file="", key="model_dir", path=value, why=why)[2:])
+
+
+@pytest.mark.parametrize("key", ["model_dir", "run_dir", "data_dir"])
+@pytest.mark.parametrize("value, scheme", [("gs:/b/x", "gs"), ("gs:b/x", "gs"), ("s3:/b/m", "s3"), ("GS:/b", "GS"),
+                                           ("foo:/x", "foo")])
+def test_a_string_that_looks_like_a_url_but_is_none_is_refused(write_yaml, key, value, scheme, tmp_path, monkeypatch):
+    """Never a local folder named after a scheme: gs:/b/x would have trained into ./gs:/b/x (issue 57)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError) as error:
+        load_config(write_yaml(f"cluster: {{chief: ['localhost:2222']}}\n{key}: '{value}'\n"))
+    assert str(error.value).endswith(ERR_MALFORMED.format(file="", key=key, path=value, scheme=scheme)[2:])
+    assert not list(tmp_path.glob("*:"))
 
 
 def test_a_url_given_as_a_flag_is_checked_too(write_yaml):

@@ -13,8 +13,9 @@ LAYERS = (
     ("shared by every layer", ("estimator_mnist", "estimator_mnist.errors", "estimator_mnist.model_files",
                                "estimator_mnist.tasklog", "estimator_mnist.startup_noise",
                                "estimator_mnist.checkpoints", "estimator_mnist.progress",
-                               "estimator_mnist.preemption_mark", "estimator_mnist.storage")),
-    ("the config", ("estimator_mnist.config",)),
+                               "estimator_mnist.preemption_mark", "estimator_mnist.storage",
+                               "estimator_mnist.frozen_time")),
+    ("the config", ("estimator_mnist.config", "estimator_mnist.serve_settings")),  # serve's frozen settings
     # A sweep's plan and records are data the ensemble reads; its trials and scheduler run processes (below).
     ("task plans, the data, a sweep's plan and records", (
         "estimator_mnist.plan", "estimator_mnist.mnist_data", "estimator_mnist.sweep.records",

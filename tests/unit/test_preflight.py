@@ -77,13 +77,67 @@ def test_access_refused_is_a_permanent_failure_naming_the_bucket(fake_client):
     assert str(caught.value).startswith(URL) and "storage.objects.list" in str(caught.value)
 
 
-def test_credentials_that_cannot_be_refreshed_are_a_usage_error(fake_client):
+def test_credentials_the_token_endpoint_refuses_are_a_usage_error_at_once(fake_client):
     from google.auth.exceptions import RefreshError
 
-    fake_client(RefreshError("invalid_grant: Invalid JWT Signature."))
-    with pytest.raises(StorageUsageError, match=pattern(ERR_NO_CREDENTIALS)) as caught:
+    client = fake_client(RefreshError("invalid_grant: Invalid JWT Signature.", retryable=False))
+    with pytest.raises(StorageUsageError, match=pattern(gcs.ERR_TOKEN_REFUSED)) as caught:
         storage.check_bucket(URL)
-    assert str(caught.value).startswith(f"{URL}: no Google Cloud credentials") and "invalid_grant" in str(caught.value)
+    assert str(caught.value).startswith(f"{URL}: the token endpoint refused") and "invalid_grant" in str(caught.value)
+    assert len(client.calls) == 1  # google-auth says it is not retryable: never asked again
+
+
+class RetryingClient(FakeClient):
+    """list_blobs under the retry the layer passes (as google-cloud-storage applies it), failing `errors` first."""
+
+    def list_blobs(self, bucket, **kwargs):
+        def attempt():
+            self.calls.append((bucket, kwargs))
+            if self.errors:
+                raise self.errors.pop(0)
+            return iter([])
+        return kwargs["retry"](attempt)()
+
+
+def _retrying(monkeypatch, errors):
+    client = RetryingClient()
+    client.errors = list(errors)
+    monkeypatch.setattr(gcs, "client", lambda path="gs://": client)
+    return client
+
+
+def test_a_token_endpoint_failing_retryably_is_retried_within_the_bound(monkeypatch):
+    """google-auth's RefreshError.retryable (a 503 from the token endpoint, after google-auth's own 3 tries)."""
+    from google.auth.exceptions import RefreshError
+
+    client = _retrying(monkeypatch, [RefreshError("503 backendError", retryable=True)] * 2)
+    storage.check_bucket(URL)
+    assert len(client.calls) == 3
+
+
+def test_a_token_endpoint_that_stays_down_is_exit_200_naming_the_url(monkeypatch):
+    from google.auth.exceptions import RefreshError
+
+    monkeypatch.setattr(gcs, "RETRY_SECS", 1.0)
+    _retrying(monkeypatch, [RefreshError("503 backendError", retryable=True)] * 100)
+    with pytest.raises(StorageUnavailable) as caught:
+        storage.check_bucket(URL)
+    assert str(caught.value).startswith(f"{URL}: the storage failed to serve it for 1 s (no access token")
+
+
+def test_mid_run_a_refused_token_is_exit_1_naming_the_object_and_a_passing_one_200():
+    from google.auth.exceptions import RefreshError
+
+    from estimator_mnist.errors import PermanentFailure, RetryableFailure
+
+    obj = f"{URL}/progress/chief-0.json"
+    with pytest.raises(PermanentFailure, match=pattern(gcs.ERR_TOKEN_REFUSED)) as caught:
+        with gcs.mapped(obj):
+            raise RefreshError("invalid_grant: Token has been expired or revoked.", retryable=False)
+    assert str(caught.value).startswith(obj) and not isinstance(caught.value, StorageUsageError)
+    with pytest.raises(RetryableFailure, match=re.escape(f"{obj}: the storage failed to serve it")):
+        with gcs.mapped(obj):
+            raise RefreshError("503 backendError", retryable=True)
 
 
 def test_a_storage_that_fails_to_serve_is_retryable(fake_client):

@@ -17,6 +17,7 @@ from estimator_mnist.supervise import restart_record
 from estimator_mnist.supervise.restart_budget import RECORD_FILE, RestartBudget, check_start
 from estimator_mnist.supervise.restart_record import ASIDE, LAST_GOOD, MSG_KEPT_ASIDE, aside_path, check
 from tests import memory_bucket
+from tests.disk_faults import failing_opens, short_storage_bound
 from tests.unit.test_restart_budget import CLUSTER, JOB
 
 BUCKET_DIR = "gs://bucket/model"
@@ -80,17 +81,15 @@ def test_aside_names_are_unique_and_tell_the_time_to_the_microsecond():
 
 
 def _fail_reads(monkeypatch, path, error):
-    store = storage.store_for(path)
-    read = store.read_bytes
-    monkeypatch.setattr(store, "read_bytes", lambda where: (_ for _ in ()).throw(error) if where == path else
-                        read(where))
+    short_storage_bound(monkeypatch)
+    failing_opens(monkeypatch, path, [error], forever=True)
 
 
 def test_a_record_the_disk_refuses_is_exit_1_naming_it_and_not_moved(tmp_path, monkeypatch):
     path = tmp_path / RECORD_FILE
     restart_record.write_record(str(path), GOOD)
     _fail_reads(monkeypatch, str(path), PermissionError(errno.EACCES, "Permission denied"))
-    with pytest.raises(PermanentFailure, match=f"cannot read {path}: permission denied"):
+    with pytest.raises(PermanentFailure, match=f"{path}: the storage refused access"):
         RestartBudget(JOB, 3, str(tmp_path))
     assert path.exists() and not list(tmp_path.glob(RECORD_FILE + ASIDE + "*"))
 
@@ -99,8 +98,7 @@ def test_a_record_the_disk_fails_to_serve_is_exit_200_and_not_moved(tmp_path, mo
     path = tmp_path / RECORD_FILE
     restart_record.write_record(str(path), GOOD)
     _fail_reads(monkeypatch, str(path), OSError(errno.EIO, "Input/output error"))
-    monkeypatch.setattr(checkpoints.time, "sleep", lambda secs: None)
-    with pytest.raises(RetryableFailure, match="Input/output error"):
+    with pytest.raises(RetryableFailure, match=f"{path}: the storage failed to serve it for 1 s .Input/output error"):
         RestartBudget(JOB, 3, str(tmp_path))
     assert path.exists() and not list(tmp_path.glob(RECORD_FILE + ASIDE + "*"))
 

@@ -24,6 +24,10 @@ from tests.helpers import error_pattern
     (["--max-body-bytes", "big"], "'big' is not a positive whole number"),
     (["--drain-secs", "-1"], "'-1' is not a time from 0 to 3600 s"),
     (["--drain-delay-secs", "soon"], "'soon' is not a time from 0 to 3600 s"),
+    (["--max-images-per-request", "0"], "'0' is not a positive whole number"),
+    (["--trusted-proxy", "lb.local"], "--trusted-proxy 'lb.local' is not an IP address"),
+    (["--max-client-images", "10", "--max-images-per-request", "20"],
+     "--max-client-images 10 is below --max-images-per-request 20"),
 ])
 def test_each_bad_flag_exits_2_naming_it(tmp_path, capsys, flags, error):
     assert cli.main(["serve", "--model", str(tmp_path), *flags]) == 2  # argparse's errors are one line too
@@ -69,3 +73,17 @@ def test_only_an_address_other_than_loopback_gets_the_warning():
     assert server.exposure_warning("::1", 8501) == ""
     warning = server.exposure_warning("0.0.0.0", 8501)
     assert len(warning.splitlines()) == 1 and "anyone who can reach this port can use the model" in warning
+
+
+def test_the_flags_become_one_frozen_settings_object():
+    import dataclasses  # pylint: disable=import-outside-toplevel
+
+    from estimator_mnist.serve_settings import ServeSettings  # pylint: disable=import-outside-toplevel
+    args = cli.build_parser().parse_args(["serve", "--model", "m", "--trusted-proxy", "10.0.0.5",
+                                          "--batch-timeout-ms", "3", "--request-timeout-ms", "1500"])
+    settings = ServeSettings.from_args(args)
+    assert (settings.trusted_proxies, settings.batch_timeout_secs, settings.request_timeout_secs) == (
+        ("10.0.0.5",), 0.003, 1.5)
+    assert settings.max_images_per_request == 10000 and settings.switch_interval_secs == 0.001
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.port = 1  # type: ignore[misc]

@@ -71,13 +71,13 @@ def live(tmp_path):
     """The app under waitress on a loopback socket, driven by a thread as server.py drives it."""
     serve = Serve(tmp_path / "model", max_body_bytes=1000, cors=True)
     serve.export(100)
-    with live_http(serve, 1000, cors=True) as (http, url, port):
-        yield serve, http, url, port
+    with live_http(serve, 1000, cors=True) as (http, url, port, on_loop):
+        yield serve, http, url, port, on_loop
     serve.close()
 
 
 def test_an_oversized_body_is_refused_with_serving_s_error_before_it_is_read(live):
-    _, _, _, port = live
+    _, _, _, port, _ = live
     with socket.create_connection(("127.0.0.1", port)) as client:
         client.sendall(b"POST /v1/models/mnist:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 104857600\r\n"
                        b"Expect: 100-continue\r\n\r\n")
@@ -91,7 +91,7 @@ def test_an_oversized_body_is_refused_with_serving_s_error_before_it_is_read(liv
 
 
 def test_cors_headers_as_serving_s_flag_adds_them(live):
-    _, _, base, _ = live
+    _, _, base, _, _ = live
     preflight = requests.options(base + "/v1/models/mnist:predict", headers={"Origin": "http://page.test"}, timeout=5)
     status = requests.get(base + "/v1/models/mnist", timeout=5)
     for answer in (preflight, status):
@@ -99,7 +99,7 @@ def test_cors_headers_as_serving_s_flag_adds_them(live):
 
 
 def test_the_drain_turns_readiness_off_then_refuses_and_closes_keep_alive_connections(live):
-    serve, http, base, port = live
+    serve, http, base, port, on_loop = live
     session = requests.Session()
     assert session.get(base + "/estimator-mnist/ready", timeout=5).json() == {"ready": True, "draining": False}
     serve.api.lifecycle.begin_drain()
@@ -109,7 +109,7 @@ def test_the_drain_turns_readiness_off_then_refuses_and_closes_keep_alive_connec
     assert answered.status_code == 200 and "Connection" not in answered.headers  # still answered, kept alive
     assert session.get(base + "/v1/models/mnist", timeout=5).json()["model_version_status"][0]["state"] == "UNLOADING"
     serve.api.lifecycle.refuse()
-    http.stop_accepting()
+    on_loop(http.stop_accepting)  # as server.py: on the thread that polls
     refused = session.post(base + "/v1/models/mnist:predict", json={"instances": [{"b64": "iVBORw0KGgoH"}]},
                            timeout=5)
     assert (refused.status_code, refused.json()) == (503, {"error": ERR_STOPPING})

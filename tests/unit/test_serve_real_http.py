@@ -28,7 +28,7 @@ PNG_INSTANCE = b'{"instances": [{"b64": "iVBORw0KGgoB"}]}'
 def live(tmp_path_factory):
     serve = Serve(tmp_path_factory.mktemp("real_http") / "model", deadline_secs=5.0, max_body_bytes=LIMIT)
     serve.export(100)
-    with live_http(serve, LIMIT) as (http, url, port):
+    with live_http(serve, LIMIT) as (http, url, port, _):
         yield serve, url, port
     serve.close()
 

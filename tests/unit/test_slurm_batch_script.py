@@ -35,7 +35,7 @@ def test_the_signal_lead_and_the_restart_budget_follow_the_yaml(capsys):
     text = script("--set", "training.preemption_grace_secs=40", "--set", "restart.max_restarts=5", capsys=capsys)
     assert f"#SBATCH --signal=B:TERM@{40 + SIGNAL_MARGIN_SECS}" in text
     # No count of its own: the reruns are counted by the restart budget, which reads the same YAML and --sets.
-    assert '-m estimator_mnist.supervise.slurm_reruns "${TRAIN_ARGS[@]}" || exit $?' in text
+    assert '-m estimator_mnist.supervise.slurm_job_end "${TRAIN_ARGS[@]}" --signalled "$stop"' in text
     assert "--set training.preemption_grace_secs=40 --set restart.max_restarts=5" in text  # the tasks see them too
 
 

@@ -10,7 +10,8 @@ from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.preemption_mark import MARK_FILE, write_mark
 from estimator_mnist.supervise.restart_budget import RECORD_FILE, check_start, job_of
 from estimator_mnist.supervise.restart_record import LAST_GOOD
-from estimator_mnist.supervise.slurm_reruns import ERR_NO_JOB, ERR_SPENT, main, rerun
+from estimator_mnist.supervise.slurm_job_end import main
+from estimator_mnist.supervise.slurm_reruns import ERR_NO_JOB, ERR_SPENT, rerun
 from estimator_mnist.supervise.slurm_task_end import TaskEnd
 from tests.helpers import error_pattern
 
@@ -157,15 +158,15 @@ def test_a_job_submitted_again_starts_with_a_fresh_budget(tmp_path):
 def test_without_slurm_s_job_id_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     (tmp_path / "job.yaml").write_text("cluster: {chief: ['a:1'], worker: ['b:1']}\n")
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    code = main(["--cluster", str(tmp_path / "job.yaml"), "--model-dir", str(tmp_path / "model")])
-    assert code == 2 and capsys.readouterr().out == f"estimator-mnist: error: {ERR_NO_JOB}\n"
+    main(["--cluster", str(tmp_path / "job.yaml"), "--model-dir", str(tmp_path / "model")])
+    assert capsys.readouterr().out == f"estimator-mnist: error: {ERR_NO_JOB}\nexit 2\n"
     assert not (tmp_path / "model" / RECORD_FILE).exists()
 
 
 def test_a_yaml_broken_since_the_step_started_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     (tmp_path / "job.yaml").write_text("cluster: {chief: ['a:1'], worker: ['b:1']}\ntraining: {max_step: 5}\n")
     monkeypatch.setenv("SLURM_JOB_ID", "77")
-    code = main(["--cluster", str(tmp_path / "job.yaml"), "--model-dir", str(tmp_path / "model")])
+    main(["--cluster", str(tmp_path / "job.yaml"), "--model-dir", str(tmp_path / "model")])
     out = capsys.readouterr().out
-    assert code == 2 and out.startswith("estimator-mnist: error: ") and "unknown key 'max_step'" in out, out
-    assert out.count("\n") == 1 and not (tmp_path / "model" / RECORD_FILE).exists()
+    assert out.startswith("estimator-mnist: error: ") and "unknown key 'max_step'" in out, out
+    assert out.endswith("\nexit 2\n") and out.count("\n") == 2 and not (tmp_path / "model" / RECORD_FILE).exists()

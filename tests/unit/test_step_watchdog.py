@@ -99,3 +99,18 @@ def test_multi_worker_mirrored_trainers_get_one_watchdog_unless_the_timeout_is_o
     assert not any(isinstance(h, StepWatchdogHook)
                    for h in _hooks({"name": "multi_worker_mirrored", "collective_timeout_secs": 0}))
     assert not any(isinstance(h, StepWatchdogHook) for h in _hooks({"name": "parameter_server"}))
+
+
+def test_time_the_whole_process_spent_stopped_does_not_count():
+    """scontrol suspend of the job: every process stopped, the watchdog's polls too; resumed, the step goes on."""
+    hook, exits, clock = watchdog()
+    hook.before_run(None)
+    clock.now += 3
+    assert not hook.check()
+    clock.now += 600  # suspended, then resumed: the next poll comes 600 s late
+    assert not hook.check() and not exits
+    fired = []
+    for _ in range(8):  # polled every second again: the step's own time passes the 10 s bound after 3 s + 7 s
+        clock.now += 1
+        fired.append(hook.check())
+    assert fired == [False] * 6 + [True, False] and "waited 10 s" in exits[0][0], exits

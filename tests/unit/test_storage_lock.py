@@ -10,7 +10,8 @@ import time
 import pytest
 
 from estimator_mnist import storage
-from estimator_mnist.storage.lock import LEASE_SUFFIX, MSG_NO_FLOCK, MSG_TAKEN_OVER, Lease, exclusive
+from estimator_mnist.storage.lock import (LEASE, LEASE_SUFFIX, MSG_NO_FLOCK, MSG_TAKEN_OVER, SCHEME_FILE, Lease,
+                                          exclusive, recorded_scheme)
 from estimator_mnist.tf_task import model_dir_lock
 
 
@@ -25,16 +26,6 @@ def _holder(path):
     return json.loads(data)["holder"] if data else None
 
 
-class SkewedClock:
-    """A host's monotonic clock, `offset` seconds away from this one's (another machine's)."""
-
-    def __init__(self, offset):
-        self.offset = offset
-
-    def __call__(self):
-        return time.monotonic() + self.offset
-
-
 class FastClock:
     """A waiter's clock that runs `step` seconds per look, from any start (a host whose clock is far ahead)."""
 
@@ -44,6 +35,17 @@ class FastClock:
     def __call__(self):
         self.now += self.step
         return self.now
+
+
+def _die(lease):
+    """The holder dies: no more heartbeats, never released (its process's write guard goes with it)."""
+    lease._stop.set()
+    lease._thread.join()
+    storage.unguard_writes(lease.check)
+
+
+def _fast(path, lines, **kwargs):
+    return Lease(path, lines.append, sleep=lambda _: time.sleep(0.01), **kwargs)
 
 
 @pytest.mark.parametrize("code", [errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK])
@@ -64,15 +66,17 @@ def test_without_flock_a_lease_excludes_the_others_and_is_released(tmp_path, cod
     for thread in threads:
         thread.join()
     assert max(most) == 1 and len(most) == 4
-    assert lines[0] == MSG_NO_FLOCK.format(path=path, reason=os.strerror(code), lease=path + LEASE_SUFFIX)
-    assert _holder(path + LEASE_SUFFIX) is None
+    # The first holder decided the scheme and said so once; the others followed the record.
+    assert lines == [MSG_NO_FLOCK.format(path=path, reason=os.strerror(code), lease=path + LEASE_SUFFIX,
+                                         record=str(tmp_path / SCHEME_FILE))]
+    assert recorded_scheme(str(tmp_path)) == LEASE and _holder(path + LEASE_SUFFIX) is None
 
 
 def test_a_lease_whose_heartbeat_stopped_is_taken_over_by_the_waiter_s_own_clock(tmp_path):
     path, lines = str(tmp_path / "lock.lease"), []
     dead = Lease(path, print)
     assert dead.take()
-    dead._stop.set()  # its holder died: no more heartbeats, never released
+    _die(dead)
     waiter = Lease(path, lines.append, clock=FastClock(-1e9), sleep=lambda _: None)
     assert waiter.take()
     assert _holder(path) == waiter._token
@@ -80,30 +84,42 @@ def test_a_lease_whose_heartbeat_stopped_is_taken_over_by_the_waiter_s_own_clock
     waiter.release()
 
 
-def test_a_fresh_lease_is_never_taken_over_whatever_the_waiter_s_clock_says(tmp_path):
-    """The old lock file compared this host's clock with the file server's mtime: 200 s ahead broke a fresh
-    lock. A waiter now only counts how long the holder's heartbeat has not moved, on its own clock."""
+def test_clocks_200_s_apart_neither_break_a_fresh_lease_nor_keep_a_dead_one(tmp_path):
+    """The old lock file compared this host's clock with the file server's mtime: 200 s apart broke a fresh lock.
+    The record carries its holder's wall clock (`renewed`, for a reader); the waiter's clocks are another host's:
+    a monotonic clock counted from another epoch and a wall clock 200 s away. A rule that compared any of them
+    with the record would take the fresh lease at once, or never take the dead one."""
     path = str(tmp_path / "lock.lease")
-    holder = Lease(path, print, beat_secs=0.02)
+    holder = Lease(path, print, beat_secs=0.02, wall=lambda: time.time() - 200.0)
     assert holder.take()
     try:
-        ahead = Lease(path, print, clock=SkewedClock(200.0), stale_secs=0.3, sleep=lambda _: time.sleep(0.05))
-        assert ahead.take(blocking=False) is False
+        other_host = dict(clock=time.time, wall=lambda: time.time() + 200.0, stale_secs=0.3,
+                          sleep=lambda _: time.sleep(0.05))
+        assert json.loads(storage.read_versioned(path)[0])["renewed"] < time.time() - 199
+        assert Lease(path, print, **other_host).take(blocking=False) is False
         assert _holder(path) == holder._token
     finally:
         holder.release()
-    assert _holder(path) is None
+    dead = Lease(path, print, wall=lambda: time.time() + 200.0)
+    assert dead.take()
+    _die(dead)  # its record says it renewed 200 s in this host's future
+    waiter = Lease(path, print, **{**other_host, "wall": time.time})
+    taking = threading.Thread(target=waiter.take, daemon=True)
+    taking.start()
+    taking.join(timeout=5)  # 0.3 s of the waiter's own clock, not 200 s
+    assert _holder(path) == waiter._token
+    waiter.release()
 
 
 def test_two_waiters_on_a_stale_lease_one_takes_it_and_the_other_waits(tmp_path):
     path = str(tmp_path / "lock.lease")
     dead = Lease(path, print)
     assert dead.take()
-    dead._stop.set()
+    _die(dead)
     barrier, inside, most, order = threading.Barrier(2), [], [], []
 
     def waiter(number, offset):
-        lease = Lease(path, lambda line: None, clock=SkewedClock(offset), stale_secs=0.3, beat_secs=0.05,
+        lease = Lease(path, lambda line: None, clock=lambda: time.monotonic() + offset, stale_secs=0.3, beat_secs=0.05,
                       sleep=lambda _: time.sleep(0.01))
         barrier.wait()
         lease.take()
@@ -114,7 +130,7 @@ def test_two_waiters_on_a_stale_lease_one_takes_it_and_the_other_waits(tmp_path)
         inside.remove(number)
         lease.release()
 
-    threads = [threading.Thread(target=waiter, args=(0, 0.0)), threading.Thread(target=waiter, args=(1, 200.0))]
+    threads = [threading.Thread(target=waiter, args=(0, 0.0)), threading.Thread(target=waiter, args=(1, 1e6))]
     for thread in threads:
         thread.start()
     for thread in threads:

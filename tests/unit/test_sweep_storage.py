@@ -73,13 +73,24 @@ def _array_task(tmp_path, monkeypatch):
 
 
 def test_a_mount_without_flock_runs_the_trial_under_the_lease_and_names_the_error(tmp_path, monkeypatch):
+    _flock_failing(monkeypatch, errno.ENOLCK)  # from the sweep's start: the lease is recorded, once per directory
     task, ran, out = _array_task(tmp_path, monkeypatch)
-    _flock_failing(monkeypatch, errno.ENOLCK)
     assert task.run() == 0
     assert ran == ["trial-001"]  # run, never "being run by another array task"
-    warned = [line for line in out.getvalue().splitlines() if "does not support flock" in line]
-    assert len(warned) == 1 and os.strerror(errno.ENOLCK) in warned[0] and "trial.lock" in warned[0]
-    assert "nothing to run" not in out.getvalue()
+    # The sweep's set-up said why (its first holder) and recorded the lease; the array task follows the record.
+    assert lock.recorded_scheme(str(tmp_path / "s")) == lock.LEASE
+    assert "nothing to run" not in out.getvalue() and "does not support flock" not in out.getvalue()
+
+
+def test_a_node_whose_mount_refuses_the_recorded_flock_runs_nothing_and_says_so_in_one_line(tmp_path, monkeypatch):
+    """The sweep was set up where flock works (recorded); this node's mount answers ENOLCK: it never falls back to
+    a lease alone, which the other nodes' flock would not exclude."""
+    task, ran, _ = _array_task(tmp_path, monkeypatch)
+    _flock_failing(monkeypatch, errno.ENOLCK)
+    with pytest.raises(PermanentFailure, match=error_pattern(lock.ERR_MOUNT_REFUSES)) as info:
+        task.run()
+    assert ran == [] and "\n" not in str(info.value) and "trial-001/trial.lock" in str(info.value)
+    assert str(tmp_path / "s" / lock.SCHEME_FILE) in str(info.value)  # the sweep's one record
 
 
 def test_under_the_lease_a_trial_held_elsewhere_is_left_to_its_holder(tmp_path, monkeypatch):
@@ -160,8 +171,9 @@ def test_prepare_data_locks_through_the_storage_layer(tmp_path, monkeypatch):
         pass
     assert len(lines) == 1 and "does not support flock" in lines[0]
     _flock_failing(monkeypatch, errno.EIO)
+    (tmp_path / "other").mkdir()  # tmp_path's record says lease now: flock is not tried there
     with pytest.raises(UsageError, match=error_pattern(prepare.ERR_LOCK)):
-        with prepare.prepare_lock(tmp_path, lines.append):
+        with prepare.prepare_lock(tmp_path / "other", lines.append):
             pass
 
 

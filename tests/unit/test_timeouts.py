@@ -24,6 +24,7 @@ TIMED = re.compile(r"(secs|_ms|timeout|grace|deadline|seconds)$|timeout", re.IGN
 # Numbers in the code under such names that bound no wait: nothing fires when they pass. (module, name): why.
 NOT_BOUNDS_IN_CODE = {
     ("checkpoints.py", "poll_secs"): "how often the final evaluation is looked for",
+    ("storage/local.py", "FIRST_RETRY_SECS"): "the first pause before a failing disk is asked again",
     ("progress.py", "WRITE_EVERY_SECS"): "how often a progress record is written",
     ("progress.py", "FRESH_SECS"): "how recent a record must be for its rate to count",
     ("supervise/child_stderr.py", "PARTIAL_LINE_SECS"): "when a partial line is passed on",
@@ -35,6 +36,8 @@ NOT_BOUNDS_IN_CODE = {
     ("plan/slurm_ports.py", "POLL_SECS"): "how often a Slurm step's tasks look for their peers' ports",
     ("supervise/task_parent.py", "REPEAT_SECS"): "a second SIGTERM within it is the same request",
     ("supervise/task_parent.py", "GATE_POLL_SECS"): "how often the evaluator's start gate is looked at",
+    ("supervise/task_parent.py", "POLL_SECS"): "how often train's parent looks at its TensorFlow process",
+    ("frozen_time.py", "FROZEN_GAP_SECS"): "how late a poll tells a process stopped from a slow one: no bound",
     ("sweep/scheduler.py", "POLL_SECS"): "how often the sweep looks at its trials",
     ("tf_model/serve/server.py", "TRIM_SECS"): "how often serve hands freed memory back to the system",
     ("sweep/scheduler.py", "SAVE_EVERY_SECS"): "how often sweep.json is written",
@@ -51,12 +54,17 @@ NOT_BOUNDS_IN_CODE = {
     ("tf_task/ps_done.py", "timeout"): "one connection attempt of that probe; ps_idle_timeout_secs is the bound",
     ("tf_task/teardown.py", "poll_secs"): "how often the teardown watchdog looks for the final checkpoint",
     ("tf_task/tf_workarounds.py", "READY_POLL_SECS"): "how often a chief's readiness is looked at",
-    ("storage/lock.py", "POLL_SECS"): "how often a held lease is looked at again",
+    ("storage/lease.py", "POLL_SECS"): "how often a held lease is looked at again",
+    ("storage/local.py", "LISTING_PAUSE_SECS"): "the pause between two listings (VERSIONED_READ_SECS bounds them)",
+    ("storage/bounds.py", "LOCK_MARGIN_SECS"): "the gap between LOCK_HOLD_SECS and LOCK_STALE_SECS, both bounds",
     ("storage/bounds.py", "LOCK_HEARTBEAT_SECS"): "how often a holder renews its lease (LOCK_STALE_SECS bounds)",
     ("sweep/array_task.py", "POLL_SECS"): "how often a Slurm sweep's array task looks at its trial",
     ("sweep/array_task.py", "PROGRESS_SECS"): "the rhythm of the array task's progress lines",
     ("tf_model/serve/lifecycle.py", "delay_secs"): "0: no drain, for a Lifecycle built without serve's flags",
     ("tf_model/serve/lifecycle.py", "drain_secs"): "0: no drain, for a Lifecycle built without serve's flags",
+    ("serve_flags.py", "SWITCH_INTERVAL_MS"): "the GIL's switch interval: how often Python threads take turns",
+    ("tf_model/serve/http_server.py", "SWEEP_SECS"): "how often serve looks for REST requests still arriving",
+    ("tf_model/serve/grpc_api.py", "REFUSAL_DELAY_SECS"): "a refusal held back, within the request's deadline",
 }
 
 

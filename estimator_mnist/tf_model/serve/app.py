@@ -74,7 +74,8 @@ class RestApi:
         try:
             parsed = request_json.parse_predict(body, input_types_of)
             g.labels["signature_name"] = parsed.signature_name
-            outputs = self.api.run(held[0], parsed.signature_name, parsed.inputs, deadline)
+            client = self.api.client_of(request.remote_addr or "", request.headers.get("X-Forwarded-For", ""))
+            outputs = self.api.run(held[0], parsed.signature_name, parsed.inputs, deadline, client)
             return _json(response_json.predict_body(outputs, parsed.row_format), version=held[0].number)
         finally:
             for served in held:

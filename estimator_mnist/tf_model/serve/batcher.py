@@ -4,15 +4,17 @@
 Requests for the same version and signature whose inputs have the same
 dtypes and per-example shapes share a model call of at most
 `max_batch_size` examples; the first request of a call waits at most
-`timeout_secs` for others. A larger request is split into chunks that take
-turns with the other requests (round robin), so a 1-image request waits for
-at most two calls. A call that fails is run again request by request, so a
+`timeout_secs` for others. A larger request is split into chunks; the
+clients take turns by deficit round robin, small requests first
+(fair_queue.py), so a 1-image request waits for at most two calls
+whatever the others send. A call that fails is run again request by request, so a
 bad image fails only its own request (Serving would fail the whole batch).
 Each version has its own thread (a lane) that runs its model: a session
 already uses every core, and a call that hangs holds only its own lane.
 
-Each lane holds at most `max_queued_images` images not yet answered (one
-request is always taken): beyond, `QueueFull`. A request given up (its
+Each lane holds at most `max_queued_images` images not yet answered, and
+each client at most `max_client_images` of them (fair_queue.py: QueueFull,
+ClientFull). A request given up (its
 deadline passed, its client left) leaves the queue and drops its inputs at
 once. No TensorFlow: the call is `version.model.run(signature, inputs)`.
 """
@@ -21,20 +23,20 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from concurrent.futures import CancelledError, Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Callable, Deque, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
+
+from estimator_mnist.tf_model.serve.fair_queue import ClientFull, FairQueue, QueueFull
+
+__all__ = ["Batcher", "ClientFull", "give_up", "QueueFull", "Task"]
 
 MAX_BATCH_SIZE = 64
 TIMEOUT_SECS = 0.002
 MAX_QUEUED_IMAGES = 20000  # per version: two requests of MNIST's whole test set; about 63 MB as float32
-
-
-class QueueFull(Exception):
-    """The version's queue holds `max_queued_images` images already."""
+MAX_CLIENT_IMAGES = 10000  # per client and version: one such request
 
 
 @dataclass(eq=False)  # compared by identity: `task in queue` must not compare arrays
@@ -42,6 +44,7 @@ class Task:
     version: object  # versions.Version, held by the caller until the future is done
     signature: str
     inputs: Dict[str, np.ndarray]
+    client: str = ""  # its source address (serving_api.client_of)
     future: Future = field(default_factory=Future)
     given: int = 0  # examples handed to model calls so far
     pieces: List[Dict[str, np.ndarray]] = field(default_factory=list)  # the outputs of its chunks, in order
@@ -102,9 +105,8 @@ class Lane:
     def __init__(self, batcher: "Batcher", version):
         self.batcher, self.version = batcher, version
         self._cond = threading.Condition()
-        self._tasks: Deque[Task] = deque()
+        self._queue = FairQueue(batcher)
         self._running: List[Task] = []  # the tasks of the call running now
-        self.queued_images = 0  # examples of this lane's tasks not answered yet
         self._stopping = False
         self.thread = threading.Thread(target=self._loop, name=f"serve-batcher-{getattr(version, 'number', '')}",
                                        daemon=True)  # daemon: a call that never returns cannot keep the process up
@@ -115,25 +117,24 @@ class Lane:
             if self._stopping:
                 task.future.cancel()
                 return
-            if self.queued_images and self.queued_images + task.left > self.batcher.max_queued_images:
-                raise QueueFull()
-            self.queued_images += task.left
-            self._tasks.append(task)
+            self._queue.add(task)  # QueueFull, ClientFull
             self._cond.notify()
         task.future.add_done_callback(lambda future: self._discard(task))
 
-    def _drop(self, task: Task) -> None:
-        """Out of the queue, its examples not handed to a call no longer counted. Called with the lock held."""
-        if task in self._tasks:
-            self._tasks.remove(task)
-        self.queued_images -= task.left
-        task.given = max(task.size, 1)
+    @property
+    def queued_images(self) -> int:
+        return self._queue.queued_images
+
+    def check(self, client: str, images: int) -> None:
+        """QueueFull or ClientFull now if `images` more of `client` would not fit (before its inputs are made)."""
+        with self._cond:
+            self._queue.check(client, images)
 
     def _discard(self, task: Task) -> None:
         """A task done or given up: out of the queue, its inputs dropped at once (a running call's examples
         are counted out when it returns)."""
         with self._cond:
-            self._drop(task)
+            self._queue.drop(task)
             task.inputs = {}
 
     def stop(self, timeout: Optional[float] = None) -> bool:
@@ -147,47 +148,25 @@ class Lane:
     def abandon(self, error: BaseException) -> None:
         """Every task of the lane, queued or in the running call, fails with `error` now."""
         with self._cond:
-            tasks = list(self._tasks) + list(self._running)
+            tasks = self._queue.tasks() + list(self._running)
         for task in tasks:
             _settle(task.future, error=error)
-
-    def _take(self, first_key, room: int, batch: List[Slice]) -> int:
-        """Up to `room` examples of the tasks that share `first_key`, in turn; those with examples left go
-        to the back of the queue. Called with the lock held."""
-        taken, ahead, behind = 0, [], []  # those passed over keep their place, ahead of those sent back
-        while self._tasks and taken < room:
-            task = self._tasks.popleft()
-            if task.key != first_key or (batch and task.size == 0):
-                ahead.append(task)
-                continue
-            if task.future.done() or (task.given == 0 and not task.future.set_running_or_notify_cancel()):
-                self._drop(task)  # given up just now: its done callback waits for this lock
-                continue
-            count = min(task.left, room - taken) if task.size else 1
-            batch.append((task, task.given, task.given + count))
-            task.given += count
-            taken += count
-            if task.left:
-                behind.append(task)
-        self._tasks.extendleft(reversed(ahead))
-        self._tasks.extend(behind)
-        return taken
 
     def _batch(self) -> List[Slice]:
         """The first task's next chunk and those that fit with it, gathered for at most `timeout_secs`."""
         batch: List[Slice] = []
         with self._cond:
-            self._cond.wait_for(lambda: self._tasks or self._stopping)
+            self._cond.wait_for(lambda: self._queue or self._stopping)
             if self._stopping:
                 return []
-            first_key, limit = self._tasks[0].key, self.batcher.max_batch_size
-            size = self._take(first_key, limit, batch)
+            first_key, limit = self._queue.first_key(), self.batcher.max_batch_size
+            size = self._queue.take(first_key, limit, batch)
             deadline = time.monotonic() + self.batcher.timeout_secs
             while batch and batch[0][0].size and size < limit and time.monotonic() < deadline:
                 self._cond.wait(max(deadline - time.monotonic(), 0.0))
                 if self._stopping:
                     break
-                size += self._take(first_key, limit - size, batch)
+                size += self._queue.take(first_key, limit - size, batch)
             self._running = [task for task, _, _ in batch]
         return batch
 
@@ -199,7 +178,7 @@ class Lane:
             with self._cond:
                 self._running = []
         with self._cond:
-            tasks, self._tasks = list(self._tasks), deque()
+            tasks = self._queue.clear()
         for task in tasks:
             task.future.cancel()
 
@@ -209,7 +188,12 @@ class Lane:
         return self.version.model.run(signature, inputs)
 
     def _run(self, batch: List[Slice]) -> None:
-        batch = [piece for piece in batch if not piece[0].future.done()]  # given up meanwhile
+        given_up = [piece for piece in batch if piece[0].future.done()]  # while the call was gathered
+        if given_up:
+            with self._cond:
+                for task, start, stop in given_up:
+                    self._queue.answered(task, stop - start)  # handed to this call: counted until now
+            batch = [piece for piece in batch if not piece[0].future.done()]
         if not batch:
             return
         first = batch[0][0]
@@ -234,10 +218,10 @@ class Lane:
     def _done(self, piece: Slice, result, error: Optional[BaseException] = None) -> None:
         task, start, stop = piece
         with self._cond:
-            self.queued_images -= stop - start
+            self._queue.answered(task, stop - start)
             finished = error is not None or stop >= task.size
             if finished:
-                self._drop(task)
+                self._queue.drop(task)
                 task.inputs = {}
         if error is not None:
             _settle(task.future, error=error)
@@ -253,22 +237,34 @@ class Batcher:
 
     def __init__(self, max_batch_size: int = MAX_BATCH_SIZE, timeout_secs: float = TIMEOUT_SECS,
                  on_batch: Callable[[object, int], None] = lambda version, examples: None,
-                 max_queued_images: int = MAX_QUEUED_IMAGES):
+                 max_queued_images: int = MAX_QUEUED_IMAGES, max_client_images: int = MAX_CLIENT_IMAGES):
         self.max_batch_size, self.timeout_secs, self.on_batch = max_batch_size, timeout_secs, on_batch
-        self.max_queued_images = max_queued_images
+        self.max_queued_images, self.max_client_images = max_queued_images, max_client_images
         self._lanes: Dict[int, Lane] = {}
         self._lock = threading.Lock()
         self._stopped = False
         self.calls = 0  # model calls so far (the tests read it)
 
-    def submit(self, version, signature: str, inputs: Dict[str, np.ndarray]) -> Future:
-        """The request's future; QueueFull if its version's queue has no room for it."""
-        task = Task(version, signature, inputs)
+    def _lane(self, version) -> Optional[Lane]:
         with self._lock:
             if self._stopped:
-                task.future.cancel()
-                return task.future
-            lane = self._lanes.get(id(version)) or self._lanes.setdefault(id(version), Lane(self, version))
+                return None
+            return self._lanes.get(id(version)) or self._lanes.setdefault(id(version), Lane(self, version))
+
+    def check(self, version, client: str, images: int) -> None:
+        """QueueFull or ClientFull if a request of `images` from `client` would be refused now: said before its
+        inputs are made, so that a refused request costs no work (submit() checks again)."""
+        lane = self._lane(version)
+        if lane is not None:
+            lane.check(client, images)
+
+    def submit(self, version, signature: str, inputs: Dict[str, np.ndarray], client: str = "") -> Future:
+        """The request's future; QueueFull or ClientFull if there is no room for it."""
+        task = Task(version, signature, inputs, client)
+        lane = self._lane(version)
+        if lane is None:
+            task.future.cancel()
+            return task.future
         lane.put(task)
         return task.future
 

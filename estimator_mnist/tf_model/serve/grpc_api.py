@@ -14,6 +14,7 @@ server's if sooner.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from typing import Callable, Optional
 
@@ -22,11 +23,12 @@ from tensorflow.core.framework import types_pb2
 from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb2, model_pb2, model_service_pb2_grpc,
                                      predict_pb2, prediction_service_pb2_grpc)
 
-from estimator_mnist.tf_model.serve.grpc_codec import Codec
+from estimator_mnist.tf_model.serve.grpc_codec import Codec, REQUEST_IMAGES
+from estimator_mnist.tf_model.serve.response_wire import predict_response_bytes
 from estimator_mnist.tf_model.serve.request_json import DEFAULT_SIGNATURE
 from estimator_mnist.tf_model.serve.serving_api import ServingApi
 from estimator_mnist.tf_model.serve.serving_errors import CODE_NAMES, invalid, ServingError
-from estimator_mnist.tf_model.serve.tensor_protos import fill, to_array
+from estimator_mnist.tf_model.serve.tensor_protos import to_array
 
 ERR_NO_SPEC = "Missing ModelSpec"
 ERR_NO_NAME = "ModelSpec has no name specified."
@@ -46,6 +48,9 @@ ERR_TASK_SIGNATURE = "Requested signature not found in model graph: {name}"
 ERR_METHOD = "Unsupported signature method_name: {method}"
 ERR_RELOAD = ("estimator-mnist serve takes no model config: it serves the newest export of its --model path, "
               "polled every second")
+# A request refused for a full queue is answered after this (at most its deadline): a client keeping 8 requests
+# in flight and sending another on each refusal would otherwise send thousands a second, each parsed on the loop.
+REFUSAL_DELAY_SECS = 0.5
 METHODS = {"tensorflow/serving/classify": "classify", "tensorflow/serving/regress": "regress"}
 STATE_VALUES = get_model_status_pb2.ModelVersionStatus.State
 CODE_VALUES = {name: number for number, name in CODE_NAMES.items()}
@@ -58,6 +63,24 @@ def _version(spec) -> Optional[int]:
     if spec.WhichOneof("version_choice") == "version_label":
         raise invalid(ERR_LABEL.format(label=spec.version_label))
     return spec.version.value if spec.HasField("version") else None
+
+
+def declared_images(request) -> int:
+    """The images a PredictRequest's inputs declare (their shapes' first dimension; a scalar is one), read
+    before any of them is made into an array: what the request costs, whatever its size in bytes."""
+    images = 0
+    for proto in request.inputs.values():
+        dims = proto.tensor_shape.dim
+        images = max(images, dims[0].size if len(dims) else 1)
+    return images
+
+
+def peer_address(peer: str) -> str:
+    """grpc's peer ("ipv4:127.0.0.2:51234", "ipv6:[::1]:51234") without its port: the client's address."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv6" and rest.startswith("["):
+        return rest[1:rest.find("]")]
+    return rest.rpartition(":")[0] if kind == "ipv4" else peer
 
 
 def _names(names) -> str:
@@ -79,6 +102,10 @@ class Handler:
                 return await answer if inspect.isawaitable(answer) else answer
         except ServingError as exc:
             code, message = getattr(grpc.StatusCode, exc.code, grpc.StatusCode.UNKNOWN), exc.message
+            if exc.code == "RESOURCE_EXHAUSTED":  # a client that retries at once waits first: no flood of refusals
+                remaining = context.time_remaining()
+                await asyncio.sleep(REFUSAL_DELAY_SECS if remaining is None else
+                                    min(REFUSAL_DELAY_SECS, max(remaining, 0.0)))
         except Exception as exc:  # pylint: disable=broad-except  # Serving's INTERNAL; the server goes on
             code, message = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
         await context.abort(code, message)
@@ -86,6 +113,11 @@ class Handler:
 
     def deadline(self, context) -> float:
         return self.api.deadline(context.time_remaining())
+
+    def client(self, context) -> str:
+        """The client: the peer's address, or a --trusted-proxy's X-Forwarded-For."""
+        forwarded = [value for key, value in (context.invocation_metadata() or ()) if key == "x-forwarded-for"]
+        return self.api.client_of(peer_address(context.peer()), forwarded[-1] if forwarded else "")
 
 
 def _checked_inputs(request, types: dict) -> dict:
@@ -114,15 +146,6 @@ def _output_names(request, outputs) -> list:
     return seen or sorted(outputs)
 
 
-def _predict_response(name: str, signature: str, version: int, outputs: dict) -> predict_pb2.PredictResponse:
-    response = predict_pb2.PredictResponse()
-    response.model_spec.name, response.model_spec.signature_name = name, signature
-    response.model_spec.version.value = version
-    for output, array in outputs.items():
-        fill(response.outputs[output], array)
-    return response
-
-
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer, Handler):
     async def Predict(self, request, context):
         return await self.call(context, "Predict", request.model_spec, lambda: self._predict(request, context))
@@ -137,12 +160,14 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer, H
             definition = served.model.signature_defs.get(signature)
             if definition is None:
                 raise ServingError("FAILED_PRECONDITION", ERR_SIGNATURE_KEY.format(name=signature))
-            # A large request's TensorProtos become arrays, and its outputs TensorProtos, off the loop.
+            client, images = self.client(context), declared_images(request)
+            self.api.admit(served, client, images)  # refused before any array is made of it
+            REQUEST_IMAGES.set(images)  # a request of many images has its inputs and answer made off the loop
             arrays = await self.codec.offload(_checked_inputs, request, served.model.input_types(signature))
             names = _output_names(request, definition.get("outputs", {}))
-            outputs = await self.api.run_async(served, signature, arrays, deadline)
+            outputs = await self.api.run_async(served, signature, arrays, deadline, client)
             del arrays  # the model has them no more: nor does this coroutine while the answer is written
-            return await self.codec.offload(_predict_response, spec.name, signature, served.number,
+            return await self.codec.offload(predict_response_bytes, spec.name, signature, served.number,
                                             {name: outputs[name] for name in names})
         finally:
             served.release()
@@ -239,4 +264,5 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer, Handler):
 
 def add_services(server, api: ServingApi, codec: Codec) -> None:
     """Both services on a grpc.aio server, their messages read and written by `codec` (grpc_codec.py)."""
+    codec.on_refused = api.metrics.refused
     codec.add(server, {"PredictionService": PredictionService(api, codec), "ModelService": ModelService(api, codec)})

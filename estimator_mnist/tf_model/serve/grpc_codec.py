@@ -42,6 +42,7 @@ from tensorflow_serving.apis import model_service_pb2, predict_pb2, prediction_s
 from estimator_mnist.tf_model.serve.tensor_wire import packed_floats_as_content
 
 INLINE_BYTES = 16 * 1024  # parsed on the loop up to this size: a request of 5 float images, or of 40 PNGs
+INLINE_IMAGES = 64  # inputs made and answer written on the loop up to this many images (one model call's)
 CODEC_THREADS = 2  # the pool that parses larger messages and serializes their answers
 MAX_PENDING_BYTES = 128 << 20  # large messages waiting to be parsed, at most (one is always taken): 4 maximal ones
 ERR_DESERIALIZE = "Exception deserializing request!"  # grpcio's own text for a message that does not parse
@@ -51,6 +52,8 @@ ERR_LATE = "Deadline exceeded before the request was read: it waited behind othe
 SERVICES = ((prediction_service_pb2, "PredictionService"), (model_service_pb2, "ModelService"))
 # The size of the request being answered, for offload(): each RPC is an asyncio task, with its own context.
 REQUEST_BYTES: contextvars.ContextVar = contextvars.ContextVar("request_bytes", default=0)
+# The images its inputs declare, once read (grpc_api.py): a tiny message may declare 10,000 of them.
+REQUEST_IMAGES: contextvars.ContextVar = contextvars.ContextVar("request_images", default=0)
 
 
 class _Late(Exception):
@@ -72,12 +75,13 @@ class Codec:
                  max_pending_bytes: int = MAX_PENDING_BYTES):
         self.inline_bytes, self.max_pending_bytes = inline_bytes, max_pending_bytes
         self.pending_bytes = 0  # large messages received, not parsed yet
+        self.on_refused: Callable[[str], None] = lambda reason: None  # the metrics' refusals (grpc_api.py)
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="serve-grpc-codec")
 
     @property
     def large(self) -> bool:
         """Whether the request of this RPC is one whose work goes to the pool."""
-        return REQUEST_BYTES.get() > self.inline_bytes
+        return REQUEST_BYTES.get() > self.inline_bytes or REQUEST_IMAGES.get() > INLINE_IMAGES
 
     async def offload(self, work: Callable, *args):
         """`work(*args)`, in the pool for a large request, else here on the loop."""
@@ -97,6 +101,7 @@ class Codec:
             remaining = context.time_remaining()
             deadline = None if remaining is None else time.monotonic() + remaining
             if self.large and self.pending_bytes and self.pending_bytes + size > self.max_pending_bytes:
+                self.on_refused("pending_bytes")
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, ERR_PENDING.format(
                     mib=self.pending_bytes >> 20))
             self.pending_bytes += size if self.large else 0  # only the loop's thread counts: no lock
@@ -110,6 +115,8 @@ class Codec:
                 self.pending_bytes -= size if self.large else 0
             del raw  # the message's bytes, no longer needed while it waits for the model
             response = await method(request, context)
+            if isinstance(response, bytes):  # a Predict's answer, written already (response_wire.py)
+                return response
             return await self.offload(response.SerializeToString)
 
         return grpc.unary_unary_rpc_method_handler(behavior)

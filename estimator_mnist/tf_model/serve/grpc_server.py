@@ -28,6 +28,16 @@ from estimator_mnist.tf_model.serve.serving_api import ServingApi
 # the images queued (batcher.py) and the large messages waiting to be read (grpc_codec.py), so this is high
 # enough that one client's flood of short-deadline requests cannot take every slot from the others.
 MAX_RPCS = 1024
+STREAMS_PER_CONNECTION = 100  # one connection's RPCs at once (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS)
+# Keepalive, enforced: a client may ping at most every 10 s (more often, twice, and it gets GOAWAY); the server
+# pings a connection quiet for 60 s and closes it if the ping is not answered in 20 s (a peer that vanished);
+# a connection with no RPC for SERVE_IDLE_CONNECTION_SECS is closed (the client reconnects when it needs to).
+CONNECTION_OPTIONS = [("grpc.max_concurrent_streams", STREAMS_PER_CONNECTION),
+                      ("grpc.http2.min_recv_ping_interval_without_data_ms", 10000),
+                      ("grpc.http2.min_ping_interval_without_data_ms", 10000),
+                      ("grpc.http2.max_ping_strikes", 2), ("grpc.keepalive_permit_without_calls", 0),
+                      ("grpc.keepalive_time_ms", 60000), ("grpc.keepalive_timeout_ms", 20000),
+                      ("grpc.max_connection_idle_ms", int(timeouts.SERVE_IDLE_CONNECTION_SECS * 1000))]
 ERR_BIND = "port {port} on {host} cannot be used (gRPC cannot bind it); give another with --grpc-port, or stop what holds it"
 
 
@@ -52,7 +62,7 @@ class GrpcServer:
     async def _start(self, api: ServingApi, max_message_bytes: int) -> None:
         self._server = grpc.aio.server(maximum_concurrent_rpcs=MAX_RPCS, options=[
             ("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.max_send_message_length", max_message_bytes)])
+            ("grpc.max_send_message_length", max_message_bytes), *CONNECTION_OPTIONS])
         add_services(self._server, api, self.codec)
         try:
             bound = self._server.add_insecure_port(self._address)

@@ -14,6 +14,8 @@ Serving's very sample names: the queries of a Serving dashboard work unchanged (
   and `...:wrapped_run_count`: the examples of each model call, the calls;
 - `estimator_mnist_serve_version_state{model_name,version,state}`: 1 for
   each version's state as GET /v1/models/NAME gives it;
+- `estimator_mnist_serve_refused{reason}`: requests refused by a bound,
+  by its reason (REFUSAL_REASONS); no client's name or address is a label;
 - `estimator_mnist_serve_draining`: 1 from SIGTERM (or Ctrl-C) on.
 No TensorFlow.
 """
@@ -36,6 +38,9 @@ LATENCY_LABELS = ("model_name", "API", "entrypoint")
 # Serving's buckets: Exponential(10, 1.8, 33) microseconds (util.cc), and powers of two up to 2^14 for sizes.
 LATENCY_BOUNDS = [10 * 1.8 ** i for i in range(32)]
 BATCH_BOUNDS = [float(2 ** i) for i in range(15)]
+# Why a request was refused before its work: too many images in it, its client's queue full, its version's
+# queue full, too many large gRPC messages waiting to be read. A fixed set: no client can add a series.
+REFUSAL_REASONS = ("images_per_request", "client_queue", "version_queue", "pending_bytes")
 
 
 class Histogram:
@@ -64,6 +69,7 @@ class Metrics:
         self._requests: Dict[tuple, int] = defaultdict(int)
         self._latency: Dict[tuple, Histogram] = {}
         self._batches: Dict[str, Histogram] = {}
+        self._refused: Dict[str, int] = dict.fromkeys(REFUSAL_REASONS, 0)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -79,8 +85,13 @@ class Metrics:
         with self._lock:
             self._batches.setdefault(model_name, Histogram(BATCH_BOUNDS)).add(examples)
 
+    def refused(self, reason: str) -> None:
+        with self._lock:
+            self._refused[reason] += 1  # KeyError for a reason not in REFUSAL_REASONS: the page stays bounded
+
     def collect(self):
         with self._lock:
+            refused = dict(self._refused)
             requests = dict(self._requests)
             latency = {key: (h.buckets(), h.sum) for key, h in self._latency.items()}
             batches = {key: (h.buckets(), h.sum, sum(h.counts)) for key, h in self._batches.items()}
@@ -108,6 +119,10 @@ class Metrics:
         for name, version, state in self._states():
             states.add_metric([name, str(version), state], 1)
         yield states
+        refusals = Metric("estimator_mnist_serve_refused", "Requests refused by a bound, by reason.", "unknown")
+        for reason, count in refused.items():
+            refusals.add_sample("estimator_mnist_serve_refused", {"reason": reason}, count)
+        yield refusals
         yield GaugeMetricFamily("estimator_mnist_serve_draining", "1 once SIGTERM or Ctrl-C began the drain.",
                                 value=1 if self._draining() else 0)
 

@@ -23,26 +23,50 @@ ERR_NO_SHAPE = "Tensor name: {name} has no shape information "
 ERR_BATCH = "Tensor name: {name} has inconsistent batch size: {size} expecting: {expected}"
 
 
-def _values(name: str, array: np.ndarray):
-    """Nested lists of JSON values for one output (or one row of it)."""
-    if array.dtype == np.float32:
-        shortest = np.array([float(repr(value)) for value in array.ravel()], dtype=np.float64)
-        return shortest.reshape(array.shape).tolist()
+def _strings(name: str, array: np.ndarray) -> np.ndarray:
+    """Each value's JSON text, made by numpy for the whole array: float32 in its shortest form (numpy's, as
+    Serving's WriteDecimal writes the float, not its widening to double), NaN and Infinity as Serving's writer
+    spells them; strings (no numeric hot path) one at a time."""
     if array.dtype == object or array.dtype.kind == "S":
-        def text(value: bytes):
+        def text(value: bytes) -> str:
             if name.endswith(BYTES_SUFFIX):
-                return {"b64": base64.b64encode(value).decode("ascii")}
-            return value.decode("utf-8", errors="replace")
-        return np.vectorize(text, otypes=[object])(array).tolist() if array.size else array.tolist()
-    return array.tolist()
+                return json.dumps({"b64": base64.b64encode(value).decode("ascii")})
+            return json.dumps(value.decode("utf-8", errors="replace"), ensure_ascii=False)
+        return np.vectorize(text, otypes=[object])(array) if array.size else array.astype(object)
+    if array.dtype == np.bool_:
+        return np.where(array, "true", "false").astype(object)
+    strings = array.astype(str).astype(object)
+    if array.dtype.kind == "f":
+        strings[np.isnan(array)] = "NaN"
+        strings[np.isposinf(array)] = "Infinity"
+        strings[np.isneginf(array)] = "-Infinity"
+    return strings
+
+
+def _single_line(strings: np.ndarray) -> list:
+    """The text of each item along the first axis, nested arrays on one line: one join per innermost row."""
+    while strings.ndim > 1:
+        rows = strings.reshape(int(np.prod(strings.shape[:-1])), strings.shape[-1]).tolist()
+        joined = np.empty(len(rows), dtype=object)
+        joined[:] = ["[" + ", ".join(row) + "]" for row in rows]
+        strings = joined.reshape(strings.shape[:-1])
+    return strings.tolist()
+
+
+def _whole(name: str, array: np.ndarray) -> str:
+    return _single_line(_strings(name, array[None]))[0]
 
 
 def predict_body(outputs: Dict[str, np.ndarray], row_format: bool) -> str:
-    """MakeRowFormatJsonFromTensors or MakeColumnarFormatJsonFromTensors; one output is written without its name."""
+    """MakeRowFormatJsonFromTensors or MakeColumnarFormatJsonFromTensors; one output is written without its name.
+    The layout is Serving's: rapidjson's PrettyWriter with kFormatSingleLineArray (objects indented by 4, every
+    array on one line)."""
     names = sorted(outputs)
     if not row_format:
-        columns = {name: _values(name, outputs[name]) for name in names}
-        return json.dumps({"outputs": columns if len(names) > 1 else columns[names[0]]}, indent=4)
+        if len(names) == 1:
+            return '{\n    "outputs": ' + _whole(names[0], outputs[names[0]]) + "\n}"
+        members = ",\n".join(f"        {json.dumps(name)}: {_whole(name, outputs[name])}" for name in names)
+        return '{\n    "outputs": {\n' + members + "\n    }\n}"
     batch = -1
     for name in names:
         if outputs[name].ndim == 0:
@@ -50,10 +74,14 @@ def predict_body(outputs: Dict[str, np.ndarray], row_format: bool) -> str:
         if batch >= 0 and len(outputs[name]) != batch:
             raise invalid(ERR_BATCH.format(name=name, size=len(outputs[name]), expected=batch))
         batch = len(outputs[name])
-    columns = {name: _values(name, outputs[name]) for name in names}
-    rows = [{name: columns[name][item] for name in names} if len(names) > 1 else columns[names[0]][item]
-            for item in range(batch)]
-    return json.dumps({"predictions": rows}, indent=4)
+    columns = [_single_line(_strings(name, outputs[name])) for name in names]
+    if len(names) == 1:
+        rows = columns[0]
+    else:
+        keys = [f"            {json.dumps(name)}: " for name in names]
+        rows = ["{\n" + ",\n".join(key + value for key, value in zip(keys, row)) + "\n        }"
+                for row in zip(*columns)]
+    return '{\n    "predictions": [' + ", ".join(rows) + "]\n}"
 
 
 def status_body(states: Iterable[Tuple[int, str, str, str]]) -> dict:

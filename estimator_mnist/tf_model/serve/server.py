@@ -15,6 +15,7 @@ import ctypes
 import errno
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -25,6 +26,7 @@ from estimator_mnist import storage
 from estimator_mnist.errors import UsageError
 from estimator_mnist.storage.urls import check_url
 from estimator_mnist.plan.hosts import LOOPBACK_HOSTS
+from estimator_mnist.serve_settings import ServeSettings
 from estimator_mnist.startup_noise import before_import
 
 TRIM_SECS = 2.0  # how often freed memory is handed back (trim_memory): a rhythm, no bound
@@ -116,6 +118,15 @@ def return_freed_memory() -> None:
         libc.mallopt(-3, 128 * 1024)
 
 
+def raise_file_limit(wanted: int = 4096) -> None:
+    """Room for http_server.CONNECTION_LIMIT connections and gRPC's beside them: the soft limit of open files
+    raised towards `wanted`, within the hard limit (often 1024 soft by default)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 def trim_memory() -> None:
     """The free pages of every malloc arena back to the system: gRPC reads a message into many small blocks,
     spread over its threads' arenas, which a burst of large messages leaves resident (malloc_trim(3))."""
@@ -125,32 +136,37 @@ def trim_memory() -> None:
 
 
 def run(args) -> int:
-    check_model_path(args.model)
-    sock = listen(args.host, args.port)
+    settings = ServeSettings.from_args(args)
+    check_model_path(settings.model)
+    sock = listen(settings.host, settings.port)
     try:
-        if args.grpc_port:
-            check_grpc_port(args.host, args.grpc_port)
-        warning = exposure_warning(args.host, args.port)
+        if settings.grpc_port:
+            check_grpc_port(settings.host, settings.grpc_port)
+        warning = exposure_warning(settings.host, settings.port)
         if warning:
             print(warning, file=sys.stderr, flush=True)
         return_freed_memory()
+        raise_file_limit()
+        # A thread that needs the GIL for a 1-image request waits at most this long for another's bytecode
+        # (docs/serving.md "The GIL": measured with benchmarks/serve_abuse.py).
+        sys.setswitchinterval(settings.switch_interval_secs)
         before_import()  # TensorFlow's start-up notices say nothing about serving (startup_noise.py)
         # pylint: disable=import-outside-toplevel  # TensorFlow, after the checks
         from estimator_mnist.tf_model.serve.batcher import Batcher
         from estimator_mnist.tf_model.serve.model import LoadedModel
         from estimator_mnist.tf_model.serve.versions import Versions
 
-        batcher = Batcher(args.max_batch_size, args.batch_timeout_ms / 1000.0,
-                          max_queued_images=args.max_queued_images)
-        versions = Versions(args.model, LoadedModel, log=_log, poll_secs=args.poll_secs,
-                            unload_wait_secs=args.request_timeout_ms / 1000.0, retire=batcher.retire)
-        _load_first(versions, args.model)
-        return _serve(args, sock, versions, batcher)
+        batcher = Batcher(settings.max_batch_size, settings.batch_timeout_secs,
+                          max_queued_images=settings.max_queued_images, max_client_images=settings.max_client_images)
+        versions = Versions(settings.model, LoadedModel, log=_log, poll_secs=settings.poll_secs,
+                            unload_wait_secs=settings.request_timeout_secs, retire=batcher.retire)
+        _load_first(versions, settings.model)
+        return _serve(settings, sock, versions, batcher)
     finally:
         sock.close()
 
 
-def _serve(args, sock: socket.socket, versions, batcher) -> int:
+def _serve(settings: ServeSettings, sock: socket.socket, versions, batcher) -> int:
     # pylint: disable=import-outside-toplevel  # Flask, waitress and the gRPC services once the input is known good
     from estimator_mnist.tf_model.serve.app import create_app, INFO_PATH, READY_PATH
     from estimator_mnist.tf_model.serve.grpc_server import GrpcServer
@@ -159,16 +175,19 @@ def _serve(args, sock: socket.socket, versions, batcher) -> int:
     from estimator_mnist.tf_model.serve.serving_api import ServingApi
 
     logging.getLogger("waitress").setLevel(logging.ERROR)  # its queue-depth notices are no news under load
-    lifecycle = Lifecycle(args.drain_delay_secs, args.drain_secs)
-    api = ServingApi(args.name, versions, batcher, deadline_secs=args.request_timeout_ms / 1000.0,
-                     lifecycle=lifecycle)
-    http = HttpServer(create_app(api, args.max_body_bytes, args.enable_cors), sock, lifecycle, args.max_body_bytes)
-    grpc_server = GrpcServer(api, args.host, args.grpc_port, args.grpc_max_message_bytes) if args.grpc_port else None
+    lifecycle = Lifecycle(settings.drain_delay_secs, settings.drain_secs)
+    api = ServingApi(settings.name, versions, batcher, deadline_secs=settings.request_timeout_secs,
+                     lifecycle=lifecycle, max_images=settings.max_images_per_request,
+                     trusted_proxies=settings.trusted_proxies)
+    http = HttpServer(create_app(api, settings.max_body_bytes, settings.enable_cors), sock, lifecycle,
+                      settings.max_body_bytes)
+    grpc_server = GrpcServer(api, settings.host, settings.grpc_port, settings.grpc_max_message_bytes) \
+        if settings.grpc_port else None
     versions.start()
-    host = f"[{args.host}]" if ":" in args.host else args.host
-    base = f"http://{host}:{args.port}"
-    grpc_text = f"  TF Serving's gRPC API: {host}:{args.grpc_port}" if grpc_server is not None else ""
-    _log(f"the page: {base}/  TF Serving's REST API: {base}/v1/models/{args.name}{grpc_text}  "
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    base = f"http://{host}:{settings.port}"
+    grpc_text = f"  TF Serving's gRPC API: {host}:{settings.grpc_port}" if grpc_server is not None else ""
+    _log(f"the page: {base}/  TF Serving's REST API: {base}/v1/models/{settings.name}{grpc_text}  "
          f"the served version: {base}{INFO_PATH}  ready: {base}{READY_PATH}  (SIGTERM or Ctrl-C drains)")
     signals: list = []
     previous = {number: signal.signal(number, lambda signum, frame: signals.append(signum))

@@ -8,12 +8,14 @@ import asyncio
 import time
 from concurrent.futures import CancelledError, Future, TimeoutError as FutureTimeout
 from contextlib import contextmanager
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from estimator_mnist.config import timeouts
-from estimator_mnist.tf_model.serve.batcher import Batcher, give_up, QueueFull
+from estimator_mnist.tf_model.serve.admission import (client_of, ERR_CLIENT_FULL, ERR_QUEUE_FULL, ERR_TASK_SIZE,
+                                                      images_within, refusals)
+from estimator_mnist.tf_model.serve.batcher import Batcher, give_up
 from estimator_mnist.tf_model.serve.lifecycle import ERR_STOPPING, Lifecycle
 from estimator_mnist.tf_model.serve.metrics import Metrics
 from estimator_mnist.tf_model.serve.serving_errors import invalid, ServingError
@@ -26,13 +28,10 @@ MAX_ELEMENTS = MAX_INSTANCES * 28 * 28  # and no tensor more values than that se
 ERR_NOT_FOUND = "Servable not found for request: {request}"
 ERR_NO_VERSIONS = "Could not find any versions of model {name}"
 ERR_NO_VERSION = "Could not find version {version} of model {name}"
-ERR_TASK_SIZE = "Task size {size} is larger than maximum input batch size {limit}"  # TensorFlow's batching
 ERR_ELEMENTS = ("Tensor {name} of {count} values is larger than estimator-mnist serve's limit of {limit} "
                 "(MNIST's whole test set); send fewer instances per request")
 ERR_DEADLINE = ("Deadline exceeded: the request was not answered within {secs:g} s (serve's --request-timeout-ms, "
                 "or the client's deadline)")
-ERR_QUEUE_FULL = ("The batch queue of version {version} holds {images} images already (serve's --max-queued-images): "
-                  "retry later, or send this request to another replica")
 OTHER = "(other)"  # the one label value of every model name or signature that does not exist
 ERR_CLASSIFY_OUTPUTS = "Expected one or two output Tensors, found {count}"  # classifier.cc
 ERR_REGRESS_OUTPUTS = "Expected one output Tensor."  # regressor.cc
@@ -43,8 +42,10 @@ class ServingApi:
     """One model name over one Versions, answering as TF Serving does."""
 
     def __init__(self, name: str, versions: Versions, batcher: Batcher, deadline_secs: float = DEADLINE_SECS,
-                 metrics: Optional[Metrics] = None, lifecycle: Optional[Lifecycle] = None):
+                 metrics: Optional[Metrics] = None, lifecycle: Optional[Lifecycle] = None,
+                 max_images: int = MAX_INSTANCES, trusted_proxies: Sequence[str] = ()):
         self.name, self.versions, self.batcher, self.deadline_secs = name, versions, batcher, deadline_secs
+        self.max_images, self.trusted_proxies = max_images, frozenset(trusted_proxies)
         self.lifecycle = lifecycle or Lifecycle()
         self.metrics = metrics or Metrics(self.version_states, lambda: self.lifecycle.draining)
         batcher.on_batch = lambda version, examples: self.metrics.batch(self.name, examples)
@@ -93,26 +94,30 @@ class ServingApi:
             raise ServingError("NOT_FOUND", ERR_NOT_FOUND.format(request=spec))
         return served
 
-    def submit(self, served: Version, signature_name: str, inputs: Dict[str, np.ndarray]) -> Future:
+    def client_of(self, address: str, forwarded_for: str = "") -> str:
+        return client_of(address, forwarded_for, self.trusted_proxies)
+
+    def admit(self, served: Version, client: str, images: int) -> None:
+        """Serving's error for a request of `images` images (what its shape declares) that would be refused: said
+        before its inputs are made, so that a refused request costs no work."""
+        images_within(self.metrics, images, self.max_images)
+        with refusals(self.metrics, self.batcher, served):
+            self.batcher.check(served, client, images)
+
+    def submit(self, served: Version, signature_name: str, inputs: Dict[str, np.ndarray], client: str = "") -> Future:
         """The signature's call, queued in the batcher once the inputs are within the bounds."""
         for input_name, array in inputs.items():
-            if array.ndim and len(array) > MAX_INSTANCES:
-                raise invalid(ERR_TASK_SIZE.format(size=len(array), limit=MAX_INSTANCES))
+            images_within(self.metrics, len(array) if array.ndim else 1, self.max_images)
             if array.size > MAX_ELEMENTS:
                 raise invalid(ERR_ELEMENTS.format(name=input_name, count=array.size, limit=MAX_ELEMENTS))
-        try:
-            return self.batcher.submit(served, signature_name, inputs)
-        except QueueFull:
-            # Serving maps RESOURCE_EXHAUSTED to 429; a full queue is this replica's overload, which a load
-            # balancer retries elsewhere on 503 (Serving's own full batch queue is UNAVAILABLE, 503).
-            raise ServingError("RESOURCE_EXHAUSTED", ERR_QUEUE_FULL.format(
-                version=served.number, images=self.batcher.max_queued_images), http_status=503) from None
+        with refusals(self.metrics, self.batcher, served):
+            return self.batcher.submit(served, signature_name, inputs, client)
 
     def run(self, served: Version, signature_name: str, inputs: Dict[str, np.ndarray],
-            deadline: float) -> Dict[str, np.ndarray]:
+            deadline: float, client: str = "") -> Dict[str, np.ndarray]:
         """The signature's outputs from the batcher, by the deadline; DEADLINE_EXCEEDED after it, and the
         request's slot in the batch is given up (a call that hangs holds only its version's lane)."""
-        future = self.submit(served, signature_name, inputs)
+        future = self.submit(served, signature_name, inputs, client)
         try:
             return future.result(timeout=max(deadline - time.monotonic(), 0.0))
         except FutureTimeout:
@@ -121,9 +126,9 @@ class ServingApi:
             raise ServingError("UNAVAILABLE", ERR_STOPPING) from None
 
     async def run_async(self, served: Version, signature_name: str, inputs: Dict[str, np.ndarray],
-                        deadline: float) -> Dict[str, np.ndarray]:
+                        deadline: float, client: str = "") -> Dict[str, np.ndarray]:
         """As run(), awaited on an event loop (gRPC's), which no thread waits for."""
-        future = self.submit(served, signature_name, inputs)
+        future = self.submit(served, signature_name, inputs, client)
         try:
             return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)),
                                           max(deadline - time.monotonic(), 0.0))

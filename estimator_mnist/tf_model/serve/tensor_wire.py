@@ -30,6 +30,17 @@ MIN_BYTES = 4096  # smaller float_vals are parsed as they are: rewriting them ga
 Field = Tuple[int, int, int, int, int]  # number, wire type, start of the field (its tag), start, end of its value
 
 
+def varint(value: int) -> bytes:
+    """One varint (a tag, a length, a size); a negative int64 as its two's complement, as protobuf writes it."""
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        out.append((value & 0x7F) | (0x80 if value >> 7 else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
+
+
 def _varint(data, position: int) -> Tuple[int, int]:
     value, shift = 0, 0
     while True:
