@@ -190,7 +190,7 @@ TIMEOUTS = (
     _c("READ_RETRY_SECS", "the TensorFlow process, train, the Slurm batch script",
        "reading the checkpoint state file, the restart budget's record or the preemption mark: the disk failed "
        "to serve it (EIO, ESTALE)", "read again after it, 3 reads in all; then the process ends, nothing "
-       "rewritten", "cannot read <path> after 3 attempts", R, "checkpoints.py"),
+       "rewritten", "cannot read <path> after 3 attempts", R, "model_files/checkpoints.py"),
     _c("CHECKPOINT_REPAIR_WAIT_SECS", TF, "a task other than the writer finds the newest checkpoint damaged or "
        "the state file unparsable", "it waits for the writer (chief, or worker 0) to repair them, then ends",
        "the writer has not repaired", R, "tf_task/checkpoint_repair.py"),

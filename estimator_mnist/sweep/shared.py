@@ -23,11 +23,8 @@ import sys
 import time
 from typing import Callable, Dict, Iterator, Optional
 
-from estimator_mnist import storage
 from estimator_mnist.storage import lock
-from estimator_mnist.sweep import records
-
-LOCK_FILE, TRIAL_LOCK_FILE = "sweep.lock", "trial.lock"
+from estimator_mnist.sweep import layout, records
 
 
 def _warn(line: str) -> None:
@@ -52,7 +49,7 @@ def _exclusive(path: str, doing: str, blocking: bool, log) -> Iterator[bool]:
 @contextlib.contextmanager
 def locked(sweep_dir, log=None) -> Iterator[None]:
     """Holds the sweep's lock; waits for any other holder, on this node or another."""
-    with _exclusive(storage.join(sweep_dir, LOCK_FILE), "taking the sweep's lock", True, log):
+    with _exclusive(layout.lock_file(sweep_dir), "taking the sweep's lock", True, log):
         yield
 
 
@@ -61,7 +58,7 @@ def trial_lock(directory, log=None) -> Iterator[bool]:
     """Holds <trial>/trial.lock while a Slurm array task runs the trial: True, or False when another process (on any
     node) holds it already. Released when its holder ends, however it ends (flock: with the process; the lease:
     its heartbeat stops). Any other failure to take it is raised, named."""
-    with _exclusive(storage.join(directory, TRIAL_LOCK_FILE), "taking the trial's lock", False, log) as mine:
+    with _exclusive(layout.trial_lock_file(directory), "taking the trial's lock", False, log) as mine:
         yield mine
 
 

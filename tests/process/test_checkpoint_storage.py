@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from estimator_mnist.checkpoints import ERR_READ_DENIED
+from estimator_mnist.model_files.checkpoints import ERR_READ_DENIED
 from tests.helpers import REPO, error_pattern, free_ports
 from tests.system_packages import require_debian_packages
 from tests.unit.test_checkpoint_repair import _save_checkpoints

@@ -8,7 +8,8 @@ import os
 import pytest
 import tensorflow as tf
 
-from estimator_mnist import checkpoints, storage
+from estimator_mnist import storage
+from estimator_mnist.model_files import checkpoints, layout
 from estimator_mnist.errors import PermanentFailure, RetryableFailure
 from estimator_mnist.storage.errors import StorageDenied, StorageUnavailable
 from estimator_mnist.tf_task import checkpoint_repair, checkpoint_state
@@ -58,7 +59,7 @@ def _failing_reads(monkeypatch, path, errors):
 
 
 def _state(model_dir):
-    return os.path.join(model_dir, checkpoint_state.STATE_FILE)
+    return os.path.join(model_dir, layout.STATE_FILE)
 
 
 def _bytes(path):

@@ -11,9 +11,7 @@ SUPERVISE = "estimator_mnist.supervise"
 # The layers, lowest first (docs/development.md, "Layout"): a module imports only from its own layer and below.
 LAYERS = (
     ("shared by every layer", ("estimator_mnist", "estimator_mnist.errors", "estimator_mnist.model_files",
-                               "estimator_mnist.tasklog", "estimator_mnist.startup_noise",
-                               "estimator_mnist.checkpoints", "estimator_mnist.progress",
-                               "estimator_mnist.preemption_mark", "estimator_mnist.storage")),
+                               "estimator_mnist.tasklog", "estimator_mnist.startup_noise", "estimator_mnist.storage")),
     ("the config", ("estimator_mnist.config",)),
     # A sweep's plan and records are data the ensemble reads; its trials and scheduler run processes (below).
     ("task plans, the data, a sweep's plan and records", (
