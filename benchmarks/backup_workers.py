@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 from estimator_mnist.config import default_data_dir
-from estimator_mnist.progress import read_progress
+from estimator_mnist.model_files.progress import read_progress
 
 from common import Shape, benchmark_parser, run_launch, write_json
 from results import figures_of, record_run

@@ -1,6 +1,6 @@
 """The Keras comparison's figures: from the progress records of one run to its `Run`, and ratios between runs.
 
-Both systems write the same progress records (estimator_mnist.progress), so
+Both systems write the same progress records (estimator_mnist.model_files.progress), so
 one reading serves both: the wall-clock time of local step 1, of every
 STEP_TIMES_EVERY-th step and of the last one, per task.
 """
@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from estimator_mnist.progress import STEP_TIMES_EVERY, read_progress
+from estimator_mnist.model_files.progress import STEP_TIMES_EVERY, read_progress
 
 
 @dataclasses.dataclass

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from estimator_mnist.config import load_config
-from estimator_mnist.progress import read_progress
+from estimator_mnist.model_files.progress import read_progress
 from estimator_mnist.supervise.run_summary import collect
 
 from common import DEFAULT_CONFIG, REPO, Shape, run_launch, start, wait_all

@@ -15,7 +15,7 @@ backpropagation still runs, the overlap the issue names as a lead.
       --data D/worker-0-of-2-600x64.npz --test D/test.npz --steps 600 --batch 64 \
       --intra 1 --inter 1 --run-dir R --accuracy-out R/accuracy.json
 
-It writes the same progress record as the trainer (estimator_mnist.progress,
+It writes the same progress record as the trainer (estimator_mnist.model_files.progress,
 which imports no TensorFlow) to R/progress/worker-<index>.json.
 """
 
@@ -28,9 +28,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # for estimator_mnist.progress: this venv has PyTorch, not the package
+sys.path.insert(0, str(REPO))  # for estimator_mnist.model_files.progress: this venv has PyTorch, not the package
 
-from estimator_mnist.progress import PROGRESS_DIR, ProgressWriter  # noqa: E402
+from estimator_mnist.model_files.progress import ProgressWriter  # noqa: E402
+from estimator_mnist.model_files.layout import PROGRESS_DIR
 
 
 def parse_args(argv=None) -> argparse.Namespace:

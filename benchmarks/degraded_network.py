@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))  # the simulated hosts live with the tests
 from tests.e2e.simulated_hosts import Netem, SimulatedHosts, can_make_namespaces  # noqa: E402
 
 from estimator_mnist.config import default_data_dir  # noqa: E402
-from estimator_mnist.progress import read_progress  # noqa: E402
+from estimator_mnist.model_files.progress import read_progress  # noqa: E402
 
 TRAINING = """
 training: {{batch_size_per_replica: {batch}, max_steps: {steps}, save_checkpoints_steps: {steps},

@@ -35,9 +35,9 @@ import time
 from pathlib import Path
 
 
-from estimator_mnist.checkpoints import latest_step
+from estimator_mnist.model_files.checkpoints import latest_step
 from estimator_mnist.supervise.process_group import living_pids
-from estimator_mnist.progress import read_progress
+from estimator_mnist.model_files.progress import read_progress
 
 from common import DEFAULT_CONFIG, Launch, benchmark_parser, launch_command, start, write_json
 from results import figures_of, record_run

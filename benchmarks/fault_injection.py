@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 
 from estimator_mnist.supervise.process_group import living_pids
-from estimator_mnist.progress import read_progress
+from estimator_mnist.model_files.progress import read_progress
 
 from common import DEFAULT_CONFIG, Launch, benchmark_parser, launch_command, start, write_json
 from tests.process_table import descendants, task_of_command  # noqa: E402  (common put the repository on the path)

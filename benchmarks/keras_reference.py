@@ -13,7 +13,7 @@ Run by the benchmark, one process per worker:
   python benchmarks/keras_reference.py --workers localhost:P0,localhost:P1 --index 0 \
       --steps 600 --batch 64 --intra 1 --inter 1 --data-dir D --run-dir R --accuracy-out R/accuracy.json
 
-It writes the trainer's progress record (estimator_mnist.progress) to
+It writes the trainer's progress record (estimator_mnist.model_files.progress) to
 R/progress/worker-<index>.json, so the benchmark reads both systems' step
 times alike, and (worker 0 only) the test accuracy to --accuracy-out.
 """
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from estimator_mnist.config import TaskId
-from estimator_mnist.progress import ProgressWriter, progress_path
+from estimator_mnist.model_files.progress import ProgressWriter, progress_path
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Dict, Iterable, Optional, Tuple
 
 from estimator_mnist.config import load_config
-from estimator_mnist.progress import STEP_TIMES_EVERY
+from estimator_mnist.model_files.progress import STEP_TIMES_EVERY
 
 from common import DEFAULT_CONFIG, benchmark_parser, write_json
 from comparison_runs import run_ddp, run_trainer, torch_available

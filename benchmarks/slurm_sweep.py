@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repositor
 from results import BenchmarkParser, record_run  # noqa: E402
 from estimator_mnist.config import apply_overrides, config_from_dict, default_data_dir, read_yaml  # noqa: E402
 from estimator_mnist.mnist_data.arrays import load_split_numpy  # noqa: E402
-from estimator_mnist.progress import read_progress  # noqa: E402
+from estimator_mnist.model_files.progress import read_progress  # noqa: E402
 from estimator_mnist.sweep import records  # noqa: E402
 from tests.e2e.slurm_cluster import SlurmCluster  # noqa: E402
 

@@ -32,7 +32,7 @@ from typing import Dict, List
 
 import psutil
 
-from estimator_mnist.progress import read_progress
+from estimator_mnist.model_files.progress import read_progress
 
 from common import DEFAULT_CONFIG, Launch, benchmark_parser, launch_command, run_launch, start, write_json
 from tests.process_table import tensorflow_processes  # noqa: E402  (common put the repository on the path)

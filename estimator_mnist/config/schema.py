@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Optional, Tuple
 
 from estimator_mnist.config import values as v
-from estimator_mnist.storage.urls import is_bucket
+from estimator_mnist.model_files import layout
 from estimator_mnist.config.identity import Address, ClusterConfig, TaskId  # noqa: F401  (re-exported: the config's public names)
 
 TRAINING_ROLES = ("chief", "worker", "ps")
@@ -243,7 +243,7 @@ class Config:
         """Where the records that other tasks read while the job runs live (each trainer's progress, which the
         launcher, the evaluator's start gate and Slurm's steps read): run_dir, unless model_dir is a bucket,
         whose machines share nothing else (docs/storage.md); then model_dir."""
-        return self.model_dir if is_bucket(self.model_dir) else self.run_dir
+        return layout.records_dir(self.model_dir, self.run_dir)
 
     def task_settings(self, task: TaskId) -> TaskSettings:
         """Defaults, then `tasks.all`, then `tasks.ROLE`, then `tasks.ROLE:INDEX`."""

@@ -24,7 +24,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from estimator_mnist.config import timeouts
 from estimator_mnist.errors import RetryableFailure
-from estimator_mnist.plan import slurm_records
+from estimator_mnist.model_files import slurm_records
 
 PORT_KIND = "port"
 CHOICES = 5  # binds tried before giving up: a reserved port, then the kernel's choices
@@ -110,6 +110,6 @@ def agree(model_dir: str, job_id: str, key: str, rank: int, own: Optional[Tuple[
             return found
         if clock() >= deadline:
             missing = ", ".join(f"rank {r}" for r in wanted if r not in found)
-            where = slurm_records.record_path(model_dir, job_id, PORT_KIND, 0).rsplit("/", 1)[0]
+            where = slurm_records.job_dir(model_dir, job_id)
             raise RetryableFailure(ERR_PEERS.format(task=task, missing=missing, where=where, secs=secs))
         sleep(POLL_SECS)

@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.config.cluster import parse_cluster
 from estimator_mnist.errors import UsageError
-from estimator_mnist.plan import slurm_records
+from estimator_mnist.model_files import slurm_records
 from estimator_mnist.plan.slurm_ports import agree, hold_port
 from estimator_mnist.plan.resolved_task import TaskSource
 from estimator_mnist.plan.slurm_hostlist import expand_hostlist, expand_tasks_per_node

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from estimator_mnist.errors import UsageError
+from estimator_mnist.sweep import layout
 from estimator_mnist.slurm.batch_script import ERR_NOT_OPTION, ERR_OPTION, SIGNAL_MARGIN_SECS
 
 DEFAULT_MEMORY = "4G"  # a trial's TensorFlow process peaks near 2 GB on MNIST; room for the rest
-LOG_DIR = "slurm-logs"  # <sweep_dir>/slurm-logs/<array job>_<index>.out: each array task's output
+LOG_DIR = layout.SLURM_LOG_DIR  # <sweep_dir>/slurm-logs/<array job>_<index>.out: each array task's output
 OWN_OPTIONS = {
     "-a": "the trials (the sweep's --param, --samples)", "--array": "the trials; %K is --parallel",
     "-n": "nothing: a trial is one task", "--ntasks": "nothing: a trial is one task", "-N": "nothing",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Mapping
 
-from estimator_mnist import checkpoints
+from estimator_mnist.model_files import checkpoints
 from estimator_mnist.errors import PermanentFailure
 from estimator_mnist.model_files.layout import budget_file
 from estimator_mnist.plan.resolved_task import ResolvedTask

@@ -31,7 +31,7 @@ One incident counts once, however many tasks exit 200 for it: it is counted by t
 restarts the writer (a MultiWorkerMirrored peer lost, a ps lost, the chief itself); the evaluator, or one
 asynchronous worker, restarted alone while training goes on, is not an incident. The record is keyed by the
 job's identity, so a resubmitted job starts with a fresh budget; it is written with a last good copy and
-never silently starts again from zero (restart_record.py).
+never silently starts again from zero (model_files/budget_record.py).
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ from typing import Callable, List, Mapping, Optional
 
 from estimator_mnist.config import ClusterConfig, TaskId
 from estimator_mnist.errors import PermanentFailure
-from estimator_mnist.preemption_mark import take_mark
-from estimator_mnist.supervise.restart_record import RECORD_FILE, read_record, record_path, write_record
+from estimator_mnist.model_files.budget_record import read_record, record_path, write_record
+from estimator_mnist.model_files.preemption_mark import take_mark
 
-__all__ = ["RECORD_FILE", "Job", "RestartBudget", "budget_line", "check_start", "describe", "job_of", "writer_of"]
+__all__ = ["Job", "RestartBudget", "budget_line", "check_start", "describe", "job_of", "writer_of"]
 JOB_ID_ENV = "ESTIMATOR_MNIST_JOB_ID"  # `tfjob` sets it in every pod: the TFJob's namespace/name and submission
 # The operator's hosts: <job>-<type>-<index>.<namespace>.svc:<port> (plan/tf_config_source.py).
 _OPERATOR_HOST = re.compile(r"^(?P<job>[a-z0-9-]+)-(chief|master|worker|ps|evaluator)-\d+\.(?P<ns>[a-z0-9-]+)\.svc")

@@ -12,20 +12,17 @@ from __future__ import annotations
 import json
 from typing import Dict, List, Optional
 
-from estimator_mnist import checkpoints, storage
+from estimator_mnist import storage
 from estimator_mnist.errors import UsageError
-from estimator_mnist.storage import is_bucket, join, read_json
-from estimator_mnist.storage.urls import check_url
-from estimator_mnist.progress import PROGRESS_DIR, read_progress
+from estimator_mnist.model_files import checkpoints, layout
+from estimator_mnist.model_files.progress import read_progress
+from estimator_mnist.model_files.run_dir import launch_summary
 from estimator_mnist.startup_noise import before_import
+from estimator_mnist.storage.urls import check_url
 
 THRESHOLDS = (0.98, 0.99, 0.992)
 ERR_NOT_A_RUN = ("{path}: neither a run directory nor a model_dir (no run_summary.json, eval_results.jsonl or "
                  "checkpoint there or in {path}/model); give the run_dir or model_dir of a run")
-
-
-def _is_model_dir(path: str) -> bool:
-    return storage.isfile(join(path, checkpoints.EVAL_RESULTS_FILE)) or storage.isfile(join(path, "checkpoint"))
 
 
 def locate(path: str):
@@ -34,13 +31,14 @@ def locate(path: str):
     Config.records_dir). Another scheme: one line naming gs://."""
     base = check_url(path, "summary", "RUN_DIR") or path
     storage.check_bucket(base)  # a bucket that does not exist, or no credentials: one line, exit 2
-    launched = {} if is_bucket(base) else read_json(join(base, "run_summary.json")) or {}
+    launched = launch_summary(base)
     candidates = [launched["model_dir"]] if launched.get("model_dir") else []
-    model_dir = next((str(d) for d in candidates + [base, join(base, "model")] if _is_model_dir(d)), None)
+    model_dir = next((str(d) for d in candidates + [base, layout.default_model_dir(base)]
+                      if checkpoints.has_evaluations(d) or checkpoints.has_state(d)), None)
     if model_dir is None:
         raise UsageError(ERR_NOT_A_RUN.format(path=path))
-    records_dir = model_dir if is_bucket(model_dir) else launched.get("run_dir") or base
-    return launched, model_dir, records_dir if storage.isdir(join(records_dir, PROGRESS_DIR)) else None
+    records_dir = layout.records_dir(model_dir, launched.get("run_dir") or base)
+    return launched, model_dir, records_dir if storage.isdir(layout.progress_dir(records_dir)) else None
 
 
 def steady_rate(record: dict) -> Optional[float]:
@@ -67,7 +65,8 @@ def from_events(model_dir: str) -> dict:
 def collect(path: str) -> dict:
     launched, model_dir, records_dir = locate(path)
     records = read_progress(records_dir) if records_dir else {}
-    run_dir = launched.get("run_dir") if is_bucket(model_dir) else records_dir  # the logs' (local) directory
+    # the logs' (local) directory
+    run_dir = launched.get("run_dir") if layout.records_in_model_dir(model_dir) else records_dir
     return facts_of(str(model_dir), checkpoints.read_eval_results(str(model_dir)), records, launched, run_dir)
 
 

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import os
 
-from estimator_mnist.checkpoints import latest_step
+from estimator_mnist.model_files.checkpoints import latest_step
 from estimator_mnist.errors import USAGE_EXIT_CODE, PermanentFailure
-from estimator_mnist.plan import slurm_records
+from estimator_mnist.model_files import slurm_records
 from estimator_mnist.plan.slurm_source import ordered_tasks
-from estimator_mnist.preemption_mark import take_mark
+from estimator_mnist.model_files.preemption_mark import take_mark
 from estimator_mnist.supervise.restart_budget import RestartBudget, budget_line, describe, job_of
-from estimator_mnist.supervise.restart_record import record_path
+from estimator_mnist.model_files.budget_record import record_path
 from estimator_mnist.supervise.slurm_task_end import END_KIND, failed_by_itself
 
 ERR_NO_JOB = "SLURM_JOB_ID is not set: the batch script runs under sbatch, which sets it; submit the script with sbatch"

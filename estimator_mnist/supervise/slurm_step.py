@@ -22,15 +22,15 @@ import time
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from estimator_mnist import checkpoints
+from estimator_mnist.model_files import checkpoints
 from estimator_mnist.config import load_config
 from estimator_mnist.storage import read_json, write_json
 from estimator_mnist.errors import PermanentFailure
-from estimator_mnist.plan import slurm_records
+from estimator_mnist.model_files import slurm_records
 from estimator_mnist.plan.slurm_source import ordered_tasks
 from estimator_mnist.supervise.launch.monitor import Monitor
 from estimator_mnist.supervise.launch.report import SUMMARY_FILE, Console
-from estimator_mnist.progress import read_progress
+from estimator_mnist.model_files.progress import read_progress
 from estimator_mnist.supervise.restart_budget import RestartBudget, job_of
 from estimator_mnist.supervise.slurm_task_end import END_KIND
 

@@ -1,6 +1,6 @@
 """How each task of a Slurm step ended, in its own word, for the batch script's count of incidents. No TensorFlow.
 
-Under srun, train's parent (task_parent.py) publishes in model_dir (plan/slurm_records.py) when it is asked
+Under srun, train's parent (task_parent.py) publishes in model_dir (model_files/slurm_records.py) when it is asked
 to stop (SIGTERM, SIGINT: `scancel --signal`, a preemption, a time limit, or srun ending the step's other
 tasks after one failed, --kill-on-bad-exit) and, at its end, its exit code. The batch script reads every
 task's word after the step (slurm_reruns.py): a task that ended non-zero without being asked to, or left no
@@ -18,7 +18,7 @@ import time
 from typing import Iterator, Mapping, Optional
 
 from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE
-from estimator_mnist.plan import slurm_records
+from estimator_mnist.model_files import slurm_records
 from estimator_mnist.plan.slurm_source import in_slurm_step
 
 END_KIND = "end"

@@ -45,13 +45,13 @@ import sys
 import time
 from typing import Callable, List, Optional
 
-from estimator_mnist import checkpoints
+from estimator_mnist.model_files import checkpoints
 from estimator_mnist.config import timeouts
 from estimator_mnist.config.schema import LauncherConfig, TrainingConfig
 from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE, SUCCESS_EXIT_CODE
 from estimator_mnist.supervise.process_group import describe_exit, die_with_parent, stopped_by_signal
 from estimator_mnist.plan.peers import describe_missing, missing_peers, peers_of
-from estimator_mnist.progress import FRESH_SECS, read_progress
+from estimator_mnist.model_files.progress import FRESH_SECS, read_progress
 from estimator_mnist.supervise.child_stderr import FilteredStderr
 from estimator_mnist.frozen_time import FrozenTime
 from estimator_mnist.supervise.slurm_task_end import TaskEnd

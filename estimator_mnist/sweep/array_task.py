@@ -34,14 +34,14 @@ import sys
 import time
 from typing import List, Mapping, Optional
 
-from estimator_mnist import checkpoints, storage
+from estimator_mnist.model_files import checkpoints
 from estimator_mnist.config import timeouts
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, UsageError
 from estimator_mnist.mnist_data.prepare import is_prepared
-from estimator_mnist.progress import read_progress
+from estimator_mnist.model_files.progress import read_progress
 from estimator_mnist.supervise.slurm_job_state import CANCELLED
 from estimator_mnist.supervise.slurm_trial_step import TrialStep, gpus_from_slurm, own_cpus
-from estimator_mnist.sweep import records, shared, trials
+from estimator_mnist.sweep import layout, records, shared, trials
 from estimator_mnist.sweep.stopping import median_verdict
 from estimator_mnist.sweep.table import SweepConsole
 
@@ -258,7 +258,7 @@ def final_table(console: SweepConsole, plan, record: dict) -> None:
     if best:
         row = next(r for r in record["trials"] if r["trial"] == best)
         console.event(f"best: {best} ({console.values_text(row['values'])}) {records.figures_text(row, plan.ranked_by)}"
-                      f"; its settings: {storage.join(plan.sweep_dir, records.BEST_FILE)}")
+                      f"; its settings: {layout.best_file(plan.sweep_dir)}")
 
 
 def failure_reason(trial: trials.Trial, code: int) -> str:

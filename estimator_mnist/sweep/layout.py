@@ -22,6 +22,7 @@ import os
 
 from estimator_mnist import storage
 from estimator_mnist.model_files import layout
+from estimator_mnist.model_files.layout import under
 
 SWEEP_FILE, CSV_FILE, BEST_FILE = "sweep.json", "sweep.csv", "best.yaml"
 LOCK_FILE, TRIAL_LOCK_FILE = "sweep.lock", "trial.lock"
@@ -33,28 +34,13 @@ TRIAL_MODEL_DIR = layout.DEFAULT_MODEL_DIR  # a trial's directory is its run_dir
 LOCAL_ROOT = ("runs", "sweep-logs")  # + BUCKET/PATH: the local run_dirs of a sweep whose directory is a bucket
 
 
-def sweep_file(sweep_dir: str) -> str:
-    return storage.join(sweep_dir, SWEEP_FILE)
-
-
-def csv_file(sweep_dir: str) -> str:
-    return storage.join(sweep_dir, CSV_FILE)
-
-
-def best_file(sweep_dir: str) -> str:
-    return storage.join(sweep_dir, BEST_FILE)
-
-
-def lock_file(sweep_dir: str) -> str:
-    return storage.join(sweep_dir, LOCK_FILE)
+sweep_file, csv_file, best_file = under(SWEEP_FILE), under(CSV_FILE), under(BEST_FILE)  # of the sweep directory
+lock_file, ensemble_dir = under(LOCK_FILE), under(ENSEMBLE_DIR)
+trial_file, trial_lock_file, trial_model_dir = under(TRIAL_FILE), under(TRIAL_LOCK_FILE), under(TRIAL_MODEL_DIR)
 
 
 def slurm_log_dir(sweep_dir: str) -> str:
     return os.path.join(sweep_dir, SLURM_LOG_DIR)  # --slurm: a local (shared) directory
-
-
-def ensemble_dir(sweep_dir: str) -> str:
-    return storage.join(sweep_dir, ENSEMBLE_DIR)
 
 
 def trial_dir(sweep_dir: str, name: str) -> str:
@@ -66,18 +52,6 @@ def local_trials_root(bucket: str, name: str) -> str:
     return os.path.abspath(os.path.join(*LOCAL_ROOT, bucket, *name.split("/")))
 
 
-def trial_file(records: str) -> str:
-    return storage.join(records, TRIAL_FILE)
-
-
-def trial_lock_file(directory) -> str:
-    return storage.join(str(directory), TRIAL_LOCK_FILE)
-
-
-def trial_model_dir(records: str) -> str:
-    return storage.join(records, TRIAL_MODEL_DIR)
-
-
 def trial_records_dir(records: str) -> str:
     """Where the trial's progress records go, as Config.records_dir puts them: model/ on a bucket, else there."""
-    return trial_model_dir(records) if storage.is_bucket(records) else records
+    return layout.records_dir(trial_model_dir(records), records)

@@ -25,11 +25,11 @@ from estimator_mnist import storage
 from estimator_mnist.errors import PermanentFailure, RetryableFailure, UsageError
 from estimator_mnist.storage.errors import is_transient, problem_text
 from estimator_mnist.storage.urls import check_url
+from estimator_mnist.sweep import layout
+from estimator_mnist.sweep.layout import BEST_FILE, CSV_FILE, SWEEP_FILE, TRIAL_FILE  # noqa: F401  (the readers')
 from estimator_mnist.sweep.space import as_overrides
 from estimator_mnist.sweep.stopping import NAMES
 
-SWEEP_FILE, CSV_FILE, BEST_FILE = "sweep.json", "sweep.csv", "best.yaml"
-TRIAL_FILE = "trial.yaml"  # in each trial's directory: its settings (trials.py writes it, the ensemble reads it)
 DONE_STATES = ("finished", "stopped")  # a re-run skips these; any other state is (re)started, from its checkpoints
 ERR_OTHER_SWEEP = ("{dir}: holds a different sweep (its {what} differ from this command's); give another "
                    "--sweep-dir, or the same --cluster settings, --param, --samples and --seed to resume it")
@@ -76,7 +76,7 @@ def storage_failure(exc: OSError, path, doing: str) -> Exception:
 
 def read_record(sweep_dir) -> Optional[dict]:
     """sweep.json, or None when there is none (or it is no JSON object); a read error is raised as what it is."""
-    path = storage.join(sweep_dir, SWEEP_FILE)
+    path = layout.sweep_file(sweep_dir)
     try:
         return storage.read_json(path)
     except OSError as exc:
@@ -107,7 +107,7 @@ def _replace(path: str, data: str, what: str) -> None:
 
 
 def save(sweep_dir, record: dict) -> None:
-    _replace(storage.join(sweep_dir, SWEEP_FILE), json.dumps(record, indent=1) + "\n", "the sweep's record")
+    _replace(layout.sweep_file(sweep_dir), json.dumps(record, indent=1) + "\n", "the sweep's record")
 
 
 def read_sweep(sweep_dir) -> dict:
@@ -195,12 +195,12 @@ def best_yaml(base_data: dict, base_file: str, best: dict, sweep_dir, batch: int
 def write_results(sweep_dir, record: dict, thresholds, base_data: dict, base_file: str,
                   batch_of: Dict[str, int]) -> Optional[str]:
     """sweep.csv, and best.yaml when a trial finished, each replaced whole; returns best.yaml's path or None."""
-    _replace(storage.join(sweep_dir, CSV_FILE), csv_text(record, thresholds), CSV_FILE)
+    _replace(layout.csv_file(sweep_dir), csv_text(record, thresholds), CSV_FILE)
     ranked = best_trials(record)
     if not ranked:
         return None
     record["best"] = ranked[0]["trial"]
-    path = storage.join(sweep_dir, BEST_FILE)
+    path = layout.best_file(sweep_dir)
     _replace(path, best_yaml(base_data, base_file, ranked[0], sweep_dir, batch_of[ranked[0]["trial"]],
                              ranked_by(record)), BEST_FILE)
     return path

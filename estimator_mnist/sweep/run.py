@@ -18,9 +18,9 @@ from estimator_mnist.config import config_from_dict, read_yaml
 from estimator_mnist.mnist_data.prepare import ERR_NOT_PREPARED, is_prepared
 from estimator_mnist.errors import UsageError
 from estimator_mnist.storage.urls import split
-from estimator_mnist.slurm.sweep_script import LOG_DIR, ArrayOptions, render
+from estimator_mnist.slurm.sweep_script import ArrayOptions, render
 from estimator_mnist.supervise.run_summary import THRESHOLDS
-from estimator_mnist.sweep import records, shared
+from estimator_mnist.sweep import layout, records, shared
 from estimator_mnist.sweep.devices import choose_devices
 from estimator_mnist.sweep.scheduler import SweepPlan, SweepRunner
 from estimator_mnist.sweep.space import expand, parse_params
@@ -31,7 +31,6 @@ ERR_SWEEP_DIR = "--sweep-dir {dir}: {reason}; give a directory this user can cre
 ERR_SLURM_BUCKET = ("--sweep-dir {dir}: a Slurm sweep keeps its records, the array tasks' output and the base YAML "
                     "on a directory every node mounts (NFS, Lustre); give such a --sweep-dir with --slurm, or run "
                     "the sweep on one machine (without --slurm), which keeps its records in the bucket")
-LOCAL_ROOT = ("runs", "sweep-logs")  # + BUCKET/PATH: the local run_dirs of a sweep whose directory is a bucket
 
 
 def default_sweep_dir(cluster_file: str) -> Path:
@@ -48,7 +47,7 @@ def sweep_location(sweep_dir: Optional[str], cluster_file: str, slurm: bool) -> 
     if slurm:
         raise UsageError(ERR_SLURM_BUCKET.format(dir=url))
     bucket, name = split(url)
-    return url, os.path.abspath(os.path.join(*LOCAL_ROOT, bucket, *name.split("/")))
+    return url, layout.local_trials_root(bucket, name)
 
 
 def build_plan(cluster_file: str, param_texts: Sequence[str], samples: Optional[int] = None, seed: int = 0,
@@ -84,7 +83,7 @@ def run_sweep(plan: SweepPlan, out=None, command_for=None, **runner_options) -> 
 
 def _make_dir(plan: SweepPlan) -> None:
     try:
-        os.makedirs(os.path.join(plan.sweep_dir, LOG_DIR), exist_ok=True)  # --slurm: a local directory
+        os.makedirs(layout.slurm_log_dir(plan.sweep_dir), exist_ok=True)  # --slurm: a local directory
     except OSError as exc:
         raise UsageError(ERR_SWEEP_DIR.format(dir=plan.sweep_dir, reason=exc.strerror or exc)) from None
 

@@ -16,13 +16,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
-from estimator_mnist import storage
 from estimator_mnist.config import TaskId, timeouts
+from estimator_mnist.model_files import checkpoints
 from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, PermanentFailure, RetryableFailure, UsageError
 from estimator_mnist.plan.task_spec import spec_environment
 from estimator_mnist.supervise.process_group import (TaskProcess, affinity_of, describe_exit, start_pinned,
                                                      stop_processes)
-from estimator_mnist.sweep import records, trials
+from estimator_mnist.sweep import layout, records, trials
 from estimator_mnist.sweep.devices import Device
 from estimator_mnist.sweep.stopping import median_verdict
 from estimator_mnist.sweep.table import SweepConsole
@@ -49,7 +49,7 @@ def start_trial(trial: trials.Trial, device: Device, argv: List[str]) -> TaskPro
 
 @dataclass(frozen=True)
 class SweepPlan:
-    sweep_dir: str  # a local path or a gs:// URL (storage.join, never Path: Path collapses gs://)
+    sweep_dir: str  # a local path or a gs:// URL (sweep/layout.py joins names, never Path: it collapses gs://)
     base_file: str
     base_data: dict
     trials: List[trials.Trial]
@@ -84,7 +84,7 @@ class SweepRunner:
         trials.write_trial_yaml(trial)
         process = start_trial(trial, device, self.command_for(trial))
         affinity = affinity_of(process.pid)  # None: it has exited already; its end is recorded at the next poll
-        resumed = trials.evaluations(trial) or storage.isfile(storage.join(trial.model_dir, "checkpoint"))
+        resumed = trials.evaluations(trial) or checkpoints.has_state(trial.model_dir)
         row.update(state="running", device=str(device), affinity=affinity, pid=process.pid, started=time.time(),
                    ended=None, exit_code=None, reason=None, attempts=row.get("attempts", 0) + 1,
                    directory=str(trial.directory), log=str(trial.log_path))
@@ -199,8 +199,7 @@ class SweepRunner:
                                      {t.name: t.batch for t in plan.trials})
         self.save(force=True)
         self.console.final(self.record["trials"], self.plan.ranked_by)
-        self.console.event(f"results: {storage.join(plan.sweep_dir, records.SWEEP_FILE)}, "
-                           f"{storage.join(plan.sweep_dir, records.CSV_FILE)}")
+        self.console.event(f"results: {layout.sweep_file(plan.sweep_dir)}, {layout.csv_file(plan.sweep_dir)}")
         if best is not None:
             row = self.rows[self.record["best"]]
             self.console.event(f"best: {row['trial']} ({self.console.values_text(row['values'])}) "

@@ -25,9 +25,7 @@ from typing import Callable, Dict, Iterator, Optional
 
 from estimator_mnist import storage
 from estimator_mnist.storage import lock
-from estimator_mnist.sweep import records
-
-LOCK_FILE, TRIAL_LOCK_FILE = "sweep.lock", "trial.lock"
+from estimator_mnist.sweep import layout, records
 
 
 def _warn(line: str) -> None:
@@ -52,7 +50,7 @@ def _exclusive(path: str, doing: str, blocking: bool, log, scheme_dir=None) -> I
 @contextlib.contextmanager
 def locked(sweep_dir, log=None) -> Iterator[None]:
     """Holds the sweep's lock; waits for any other holder, on this node or another."""
-    with _exclusive(storage.join(sweep_dir, LOCK_FILE), "taking the sweep's lock", True, log):
+    with _exclusive(layout.lock_file(sweep_dir), "taking the sweep's lock", True, log):
         yield
 
 
@@ -62,7 +60,7 @@ def trial_lock(directory, log=None) -> Iterator[bool]:
     node) holds it already. Released when its holder ends, however it ends (flock: with the process; the lease:
     its heartbeat stops). Any other failure to take it is raised, named."""
     # One lock scheme for the whole sweep (storage/lock.py): the trial's lock follows the sweep directory's record.
-    with _exclusive(storage.join(directory, TRIAL_LOCK_FILE), "taking the trial's lock", False, log,
+    with _exclusive(layout.trial_lock_file(directory), "taking the trial's lock", False, log,
                     scheme_dir=storage.parent(str(directory))) as mine:
         yield mine
 

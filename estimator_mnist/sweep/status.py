@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from estimator_mnist import storage
-from estimator_mnist.sweep import records, trials
+from estimator_mnist.sweep import layout, records, trials
 from estimator_mnist.sweep.table import rows_text
 
 
@@ -24,7 +23,8 @@ def status_text(sweep_dir) -> str:
     for row in record["trials"]:
         row = dict(row)
         if row["state"] == "running":
-            row.update({k: v for k, v in trials.live(storage.join(sweep_dir, row["trial"])).items() if v is not None})
+            live = trials.live(layout.trial_dir(sweep_dir, row["trial"]))
+            row.update({k: v for k, v in live.items() if v is not None})
         rows.append(row)
     key = records.ranked_by(record)
     counts = Counter(r["state"] for r in rows)

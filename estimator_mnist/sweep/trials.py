@@ -28,16 +28,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from estimator_mnist import checkpoints, storage
 from estimator_mnist.config import TaskId, apply_overrides, config_from_dict
-from estimator_mnist.storage import write_json, write_atomic
+from estimator_mnist.model_files import checkpoints
+from estimator_mnist.model_files.layout import RUN_SUMMARY_FILE as SUMMARY_FILE
+from estimator_mnist.model_files.progress import read_progress
 from estimator_mnist.plan.task_plan import plan_task
 from estimator_mnist.plan.task_spec import TaskSpec
-from estimator_mnist.progress import read_progress
-from estimator_mnist.sweep.records import TRIAL_FILE
+from estimator_mnist.storage import write_json, write_atomic
+from estimator_mnist.sweep import layout
+from estimator_mnist.sweep.layout import LOG_FILE, SPEC_FILE, TRIAL_FILE
 from estimator_mnist.sweep.space import as_overrides
 
-LOG_FILE, SUMMARY_FILE, SPEC_FILE = "trial.log", "run_summary.json", "trial.spec.json"
 TRIAL_TASK = TaskId("chief", 0)  # a trial is one process: the chief of a cluster of one
 UNUSED_ADDRESS = "localhost:2222"  # a single-process job starts no server: the port is never opened
 DEFAULT_VALIDATION_EXAMPLES = 5000
@@ -62,7 +63,7 @@ class Trial:
 
     @property
     def model_dir(self) -> str:
-        return storage.join(self.records, "model")
+        return layout.trial_model_dir(self.records)
 
     @property
     def records_dir(self) -> str:
@@ -76,7 +77,7 @@ class Trial:
 
 def records_dir(records: str) -> str:
     """The progress records of the trial whose records are in `records`: model/ on a bucket, else there."""
-    return storage.join(records, "model") if storage.is_bucket(records) else records
+    return layout.trial_records_dir(records)
 
 
 def trial_data(base: dict, values: Dict[str, object], directory: Path, data_dir: str,
@@ -86,7 +87,7 @@ def trial_data(base: dict, values: Dict[str, object], directory: Path, data_dir:
     tasks = data.get("tasks") if isinstance(data.get("tasks"), dict) else {}
     every = tasks.get("all")  # per-role and per-task settings name tasks a single process lacks
     data.update(cluster={"chief": [UNUSED_ADDRESS]}, strategy="one_device", tasks={"all": every} if every else None,
-                run_dir=str(directory), model_dir=model_dir or str(directory / "model"), data_dir=data_dir)
+                run_dir=str(directory), model_dir=model_dir or layout.trial_model_dir(directory), data_dir=data_dir)
     held_out = dict(data.get("data") or {})
     held_out.setdefault("validation_examples", DEFAULT_VALIDATION_EXAMPLES)  # the user's value, 0 included, stands
     data["data"] = held_out
@@ -108,9 +109,9 @@ def with_gpus(data: dict, gpus: Optional[List[int]]) -> dict:
 def make_trial(name: str, values: dict, sweep_dir, base: dict, data_dir: str, local_root=None) -> Trial:
     """The trial, validated as a whole config (so a bad combination is refused before any trial starts);
     `local_root` holds its run_dir when the sweep directory is a bucket."""
-    shared = storage.join(sweep_dir, name) if local_root is not None else None
+    shared = layout.trial_dir(sweep_dir, name) if local_root is not None else None
     directory = Path(local_root if local_root is not None else sweep_dir) / name
-    data = trial_data(base, values, directory, data_dir, storage.join(shared, "model") if shared else None)
+    data = trial_data(base, values, directory, data_dir, layout.trial_model_dir(shared) if shared else None)
     values_text = ", ".join(as_overrides(values))
     config = config_from_dict(data, str(directory / TRIAL_FILE), f"{name} ({values_text})")
     return Trial(name, values, directory, data, config.training.max_steps, config.training.batch_size_per_replica,
@@ -123,7 +124,7 @@ def write_trial_yaml(trial: Trial) -> str:
     import yaml  # Imported here so `--help` stays instant.
 
     trial.directory.mkdir(parents=True, exist_ok=True)
-    return write_atomic(storage.join(trial.records, TRIAL_FILE),
+    return write_atomic(layout.trial_file(trial.records),
                         f"# {trial.name} of a sweep: one process, written by estimator-mnist sweep\n"
                         + yaml.safe_dump(trial.data, sort_keys=False))
 
@@ -163,7 +164,7 @@ def live(records) -> dict:
     """The step and latest accuracies (test, and validation when it has a split) of the trial whose records are
     in `records` (<sweep_dir>/<trial>) while it runs, from those records."""
     record = read_progress(records_dir(str(records))).get("chief:0") or {}
-    evaluated = checkpoints.read_eval_results(storage.join(records, "model"))
+    evaluated = checkpoints.read_eval_results(layout.trial_model_dir(str(records)))
     latest = max(evaluated, key=lambda r: r["global_step"]) if evaluated else {}
     return {"global_step": record.get("global_step"), "accuracy": latest.get("accuracy"),
             "validation_accuracy": latest.get("validation_accuracy"), "cpus_seen": record.get("cpus")}

@@ -16,15 +16,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from estimator_mnist import checkpoints, storage
+from estimator_mnist import storage
+from estimator_mnist.model_files import checkpoints
 from estimator_mnist.config import config_from_dict
 from estimator_mnist.config.load import parse_yaml
 from estimator_mnist.config.schema import ModelConfig
 from estimator_mnist.errors import UsageError
-from estimator_mnist.sweep import records
+from estimator_mnist.sweep import layout, records
 from estimator_mnist.sweep.devices import visible_gpus
 
-ENSEMBLE_DIR = "ensemble"  # <sweep_dir>/ensemble/<timestamp>: the export, as predict --model takes it
 ERR_DEVICE = ("--devices {text!r}: {item!r} is not a device; write gpu:0,gpu:1 (a GPU each) or cpu:0,cpu:1 "
               "(logical CPU devices of this process)")
 ERR_GPU = ("--devices {text!r}: gpu:{index} is not visible (visible GPUs: {visible}); pick from those, or use cpu:0")
@@ -63,7 +63,7 @@ class EnsemblePlan:
 
     @property
     def export_base(self) -> str:
-        return storage.join(self.sweep_dir, ENSEMBLE_DIR)
+        return layout.ensemble_dir(self.sweep_dir)  # <sweep_dir>/ensemble/<timestamp>, as predict --model takes it
 
 
 def parse_devices(text: str, gpus: List[int]) -> List[str]:
@@ -102,7 +102,7 @@ def plan_ensemble(sweep_dir: str, top: Optional[int] = None, devices_text: Optio
         devices = [f"/device:GPU:{i}" for i in range(len(gpus))] or ["/device:CPU:0"]
     members, data_dir, eval_batch, held_out = [], None, 1000, 0
     for row in chosen:
-        trial_file = storage.join(directory, row["trial"], records.TRIAL_FILE)
+        trial_file = layout.trial_file(layout.trial_dir(directory, row["trial"]))
         try:
             text = storage.read_text(trial_file)
         except FileNotFoundError:

@@ -22,7 +22,8 @@ from typing import Callable, Dict
 
 import tensorflow as tf
 
-from estimator_mnist import checkpoints, storage
+from estimator_mnist import storage
+from estimator_mnist.model_files import exports, layout
 from estimator_mnist.tf_model import digits
 from estimator_mnist.tf_model.averages import restore_map
 
@@ -30,7 +31,6 @@ BYTES_SIGNATURE, IMAGES_SIGNATURE = "serving_default", "images"
 BYTES_INPUT, IMAGES_INPUT = "image_bytes", "images"
 INVERT_TENSOR = "invert:0"
 OUTPUTS = ("class_ids", "probabilities", "logits")
-SAVED_MODEL_FILE = "saved_model.pb"  # what marks an export finished (checkpoints.exports_in)
 
 
 def _outputs(logits: tf.Tensor) -> Dict[str, tf.Tensor]:
@@ -54,9 +54,9 @@ def signature_defs(logits_of: Callable[[tf.Tensor], tf.Tensor]) -> dict:
 def _new_export_dir(export_base: str) -> str:
     # Serving loads the numerically greatest subdirectory: a second export in the same second takes the next number.
     stamp = int(time.time())
-    while storage.exists(storage.join(export_base, str(stamp))):
+    while storage.exists(layout.export_dir(export_base, stamp)):
         stamp += 1
-    return storage.join(export_base, str(stamp))
+    return layout.export_dir(export_base, stamp)
 
 
 def publish(temporary: str, export_dir: str) -> None:
@@ -67,7 +67,7 @@ def publish(temporary: str, export_dir: str) -> None:
     if storage.has_atomic_move(temporary):
         storage.move(temporary, export_dir)
         return
-    for name in sorted(storage.listdir(temporary), key=lambda n: n == SAVED_MODEL_FILE):
+    for name in sorted(storage.listdir(temporary), key=lambda n: n == layout.SAVED_MODEL_FILE):
         storage.move(storage.join(temporary, name), storage.join(export_dir, name))
     # Left: the temporary directory's own marker object, which TF's gs:// makes for each directory and no listing
     # of it names; the export base listed a temp-<ts> for each export (tests/unit/test_export_storage.py).
@@ -84,7 +84,7 @@ def write_saved_model(export_base: str, build: Callable[[], dict], restore: Call
     on a machine without those devices.
     """
     export_dir = _new_export_dir(export_base)
-    temporary = storage.join(export_base, f"temp-{storage.basename(export_dir)}")
+    temporary = layout.temporary_export(export_base, storage.basename(export_dir))
     storage.rmtree(temporary)  # a stop half-way through an earlier export of the same second
     with tf.Graph().as_default() as graph:
         signatures = build()
@@ -118,8 +118,8 @@ def export_checkpoint(model_config, checkpoint_path: str, export_base: str) -> s
 
 
 def keep_newest(export_base: str, count: int) -> None:
-    for old in checkpoints.exports_in(export_base)[:-count] if count > 0 else []:
+    for old in exports.exports_in(export_base)[:-count] if count > 0 else []:
         # saved_model.pb first: a reader never takes one whose variables are half removed for an export.
         with contextlib.suppress(OSError):  # housekeeping: an old export left costs space, not correctness
-            storage.remove(storage.join(old, SAVED_MODEL_FILE), missing_ok=True)
+            storage.remove(layout.saved_model_file(old), missing_ok=True)
             storage.rmtree(old)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,15 +18,13 @@ from typing import List, Optional
 
 import numpy as np
 
-from estimator_mnist import checkpoints, storage
+from estimator_mnist import storage
 from estimator_mnist.errors import UsageError
-from estimator_mnist.storage import basename, is_bucket, read_json
+from estimator_mnist.model_files import exports
 from estimator_mnist.storage.urls import check_url
-from estimator_mnist.tf_model import bucket_exports
 from estimator_mnist.mnist_data.idx_files import parse_idx
 from estimator_mnist.startup_noise import before_import
 
-SAVED_MODEL_FILE = "saved_model.pb"
 ERR_NO_EXPORT = ("{path}: no SavedModel there: give an export directory (it holds saved_model.pb), a directory of "
                  "exports (a sweep's ensemble/), a model_dir (its newest export under export/*/ is taken) or a run "
                  "directory with one; a run exports after "
@@ -50,38 +49,16 @@ class Item:
         return 1 if self.encoded is not None else len(self.array)
 
 
-def _exports_of(model_dir: Path) -> List[str]:
-    bases = sorted(model_dir.glob("export/*"))
-    return [export for base in bases for export in checkpoints.exports_in(str(base))]
-
-
-def export_candidates(path: str) -> List[str]:
-    """Every finished export that `path` names: the directory itself if it is one, else those of an export base
-    (an ensemble's), of a model_dir, or of a run directory's model_dir. `serve` polls this for newer ones.
-    A gs:// path (or a run directory's gs:// model_dir) is listed through the storage layer."""
-    if is_bucket(path):
-        return bucket_exports.candidates(path)
-    base = Path(path)
-    if (base / SAVED_MODEL_FILE).is_file():
-        return [str(base)]
-    candidates = checkpoints.exports_in(str(base)) + _exports_of(base) + _exports_of(base / "model")
-    model_dir = (read_json(base / "run_summary.json") or {}).get("model_dir")
-    if model_dir:
-        candidates += bucket_exports.candidates(model_dir) if is_bucket(model_dir) else _exports_of(Path(model_dir))
-    return candidates
-
-
 def find_export(path: str) -> str:
     """An export directory itself, else the newest export in an export base (an ensemble's), of a model_dir, or of
-    a run directory's model_dir; a gs:// URL names any of these but a run directory. Other schemes: one line."""
-    path = check_url(path, "predict", "--model") or path
+    a run directory's model_dir (model_files/exports.py); a gs:// URL names any of these but a run directory.
+    Other schemes: one line."""
+    path = check_url(path, "predict", "--model") or os.path.normpath(path)
     storage.check_bucket(path)  # a bucket that does not exist, or no credentials: one line, exit 2
-    if not is_bucket(path) and (Path(path) / SAVED_MODEL_FILE).is_file():
-        return str(Path(path))
-    candidates = export_candidates(path)
-    if not candidates:
+    export = exports.newest(path)
+    if export is None:
         raise UsageError(ERR_NO_EXPORT.format(path=path))
-    return max(candidates, key=lambda d: int(basename(d)))
+    return export
 
 
 def _as_digits(file: str, array: np.ndarray) -> np.ndarray:

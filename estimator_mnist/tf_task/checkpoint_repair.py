@@ -30,7 +30,7 @@ on two stats a retry interval apart, the listing agreeing), never because a read
 file is read strictly (checkpoint_state.py) and is never rewritten while any read or stat failed: a failure
 raises out of the check before anything is written. Every
 listing, move, removal and write goes through the storage layer, on a disk and a bucket alike; the lock is
-model_dir_lock.py's (the storage layer's: flock, or a lease where the file system has no flock and on a bucket).
+model_files/lock.py's (the storage layer's: flock, or a lease where the file system has no flock and on a bucket).
 """
 
 from __future__ import annotations
@@ -39,15 +39,14 @@ import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
-from estimator_mnist import checkpoints, storage
+from estimator_mnist import storage
 from estimator_mnist.config import timeouts
 from estimator_mnist.errors import PermanentFailure, RetryableFailure
 from estimator_mnist.storage.bounds import storage_retry_secs
-from estimator_mnist.tf_task.checkpoint_state import MSG_STATE_UNREADABLE, STATE_FILE, read_listed, write_state
-from estimator_mnist.tf_task.model_dir_lock import exclusive
+from estimator_mnist.model_files import checkpoints, layout
+from estimator_mnist.model_files.lock import exclusive
+from estimator_mnist.tf_task.checkpoint_state import MSG_STATE_UNREADABLE, read_listed, write_state
 
-DAMAGED_DIR = "damaged"
-LOCK_FILE = ".checkpoint-check.lock"
 MSG_DAMAGED = ("checkpoint {path} is damaged ({problem}); moved its files to {moved}; {outcome}")
 MSG_RESUME = "training resumes from {path}, the newest intact checkpoint"
 MSG_NONE_LEFT = "no intact checkpoint is left, so training starts again from step 0"
@@ -130,7 +129,7 @@ def checked(path: str, verify: Callable[[str], Optional[Problem]], sleep=time.sl
             return problem
         if problem.kind == DENIED:
             raise PermanentFailure(ERR_DENIED.format(path=path, problem=problem.text))
-        if checkpoints.confirmed_absent(path + checkpoints.INDEX_SUFFIX, sleep):  # taken away, not a failure
+        if checkpoints.confirmed_absent(path + layout.INDEX_SUFFIX, sleep):  # taken away, not a failure
             return Problem(GONE, problem.text)
         if clock() + READ_RETRY_SECS > deadline:
             raise RetryableFailure(ERR_UNAVAILABLE.format(path=path, secs=bound, problem=problem.text))
@@ -141,13 +140,13 @@ def _files_of(prefix: str) -> List[str]:
     """The files of the checkpoint at `prefix`: by a listing, and by a stat of those every checkpoint has."""
     name = storage.basename(prefix)
     listed = {n for n in storage.listdir(storage.parent(prefix)) if n.startswith(name + ".")}
-    listed |= {name + s for s in (checkpoints.INDEX_SUFFIX, ".meta") if storage.exists(prefix + s)}
+    listed |= {name + s for s in (layout.INDEX_SUFFIX, ".meta") if storage.exists(prefix + s)}
     return sorted(listed)
 
 
 def move_aside(model_dir: str, prefix: str) -> str:
     """Moves every file of the checkpoint at `prefix` into model_dir/damaged/ (a numbered folder if taken)."""
-    target = storage.join(model_dir, DAMAGED_DIR)
+    target = layout.damaged_dir(model_dir)
     storage.makedirs(target)
     name = storage.basename(prefix)
     taken = storage.listdir(target)
@@ -165,7 +164,7 @@ def move_aside(model_dir: str, prefix: str) -> str:
 def _check(model_dir: str, log, verify, sleep, writer: bool, clock=time.monotonic):
     """(the newest intact checkpoint, None) once the state is right; (None, why) when this task must wait."""
     listed = read_listed(model_dir, sleep)
-    state_path = storage.join(model_dir, STATE_FILE)
+    state_path = layout.state_file(model_dir)
     if listed.problem is not None and not writer:
         return None, WAIT_STATE.format(path=state_path, problem=listed.problem)
     damaged, intact = [], None
@@ -199,7 +198,7 @@ def fall_back_to_intact(model_dir: str, log: Callable[[str], None],
         return None
     deadline, said = clock() + WAIT_SECS, False
     while True:
-        with exclusive(storage.join(model_dir, LOCK_FILE), log):
+        with exclusive(layout.lock_file(model_dir), log):
             intact, waiting = _check(model_dir, log, verify, sleep, writer, clock)
         if waiting is None:
             return intact

@@ -20,9 +20,9 @@ from typing import List, Optional
 from google.protobuf import text_format
 from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState
 
-from estimator_mnist import checkpoints, storage
+from estimator_mnist import storage
+from estimator_mnist.model_files import checkpoints, layout
 
-STATE_FILE = checkpoints.STATE_FILE
 MSG_STATE_UNREADABLE = ("the checkpoint state file {path} is unreadable ({problem}); rebuilt it from the checkpoint "
                         "files in {model_dir}")
 NOT_A_STATE, NO_CHECKPOINT = "not a checkpoint state", "it names no checkpoint"
@@ -48,8 +48,8 @@ def parse(model_dir: str, text: str) -> List[str]:
         raise ValueError(f"{NOT_A_STATE}: {' '.join(str(exc).split())[:_PROBLEM_CHARS]}") from None
     if not state.model_checkpoint_path:
         raise ValueError(NO_CHECKPOINT)
-    paths = [checkpoints.absolute(model_dir, p) for p in state.all_model_checkpoint_paths]
-    newest = checkpoints.absolute(model_dir, state.model_checkpoint_path)
+    paths = [layout.in_model_dir(model_dir, p) for p in state.all_model_checkpoint_paths]
+    newest = layout.in_model_dir(model_dir, state.model_checkpoint_path)
     return [p for p in paths if p != newest] + [newest]
 
 
@@ -60,21 +60,21 @@ def _step(prefix: str) -> int:
 def on_storage(model_dir: str, named: List[str] = ()) -> List[str]:
     """The checkpoint prefixes in model_dir, oldest step first: those a listing shows by their index files, and
     those `named` (by a damaged state) whose index file a stat finds, for a listing that lags."""
-    found = {storage.join(model_dir, name[:-len(checkpoints.INDEX_SUFFIX)])
+    found = {layout.entry(model_dir, name[:-len(layout.INDEX_SUFFIX)])
              for name in storage.listdir(model_dir) if _INDEX.search(name)}
-    found |= {path for path in named if path not in found and storage.exists(path + checkpoints.INDEX_SUFFIX)}
+    found |= {path for path in named if path not in found and storage.exists(path + layout.INDEX_SUFFIX)}
     return sorted(found, key=_step)
 
 
 def read_listed(model_dir: str, sleep) -> Listed:
     """The state file's checkpoints; for one that is there but no state, the checkpoints to rebuild it from."""
-    text = checkpoints.read_strict(storage.join(model_dir, STATE_FILE), sleep=sleep)
+    text = checkpoints.read_strict(layout.state_file(model_dir), sleep=sleep)
     if text is None:
         return Listed([])  # truly absent, a stat says so: nothing to restore, nothing to rewrite
     try:
         return Listed(parse(model_dir, text))
     except ValueError as exc:
-        named = [checkpoints.absolute(model_dir, m["path"]) for m in _NAMED.finditer(text)]
+        named = [layout.in_model_dir(model_dir, m["path"]) for m in _NAMED.finditer(text)]
         return Listed(on_storage(model_dir, named), str(exc))
 
 
@@ -90,7 +90,7 @@ def state_text(model_dir: str, newest: str, paths: List[str]) -> str:
 
 def write_state(model_dir: str, newest: Optional[str], paths: List[str]) -> None:
     """Replaces the state file whole (removes it when no checkpoint is left)."""
-    path = storage.join(model_dir, STATE_FILE)
+    path = layout.state_file(model_dir)
     if newest is None:
         storage.remove(path, missing_ok=True)
     else:

@@ -19,9 +19,10 @@ import errno
 import os
 import re
 import shutil
-from typing import List, Optional
+from typing import Optional
 
-from estimator_mnist import checkpoints, storage
+from estimator_mnist import storage
+from estimator_mnist.model_files import checkpoints, exports, layout
 from estimator_mnist.errors import PermanentFailure
 
 NO_SPACE_TEXTS = ("No space left on device", "Disk quota exceeded")
@@ -57,15 +58,6 @@ def checkpoint_bytes(prefix: Optional[str]) -> int:
     return sum(_size(storage.join(where, n)) for n in storage.listdir(where) if n.startswith(name + "."))
 
 
-def _exports_under(model_dir: str, temporary: bool) -> List[str]:
-    """Every export base's finished exports, or its temporary ones (`temp-*`, written then renamed)."""
-    root = storage.join(model_dir, "export")
-    bases = [storage.join(root, base) for base in storage.listdir(root)]
-    if not temporary:
-        return [export for base in bases for export in checkpoints.exports_in(base)]
-    return [storage.join(base, n) for base in bases for n in storage.listdir(base) if n.startswith("temp-")]
-
-
 def remove_partial_writes(model_dir: str) -> list:
     """Removes what an interrupted save or export left in model_dir: TensorFlow's `_temp` folders and files, and
     a checkpoint newer than every one the state file lists. A listed checkpoint (step 0 included) is never
@@ -78,8 +70,8 @@ def remove_partial_writes(model_dir: str) -> list:
             continue
         step = int(match.group(1))
         if "_temp" in name or (listed is not None and step not in listed and step > max(listed)):
-            removed.append(storage.join(model_dir, name))
-    removed += _exports_under(model_dir, temporary=True)
+            removed.append(layout.entry(model_dir, name))
+    removed += exports.temporaries(model_dir)
     for path in removed:
         if storage.isdir(path):
             with contextlib.suppress(OSError):
@@ -101,14 +93,14 @@ def disk_full_failure(task: str, model_dir: str, exc: BaseException) -> Permanen
     """The one-line failure for a full disk, after removing the partial files of the failed write."""
     match = _PATH.search(str(exc))
     path = match.group(1) if match else getattr(exc, "filename", None) or model_dir
-    export = os.sep + "export" + os.sep in path
+    export = os.sep + layout.EXPORT_DIR + os.sep in path
     # TensorFlow names its temporary file (model.ckpt-20_temp/part-...tempstate123, export/latest/temp-17.../...):
     # the checkpoint's prefix and the export base are what the user knows.
     path = re.sub(r"_temp(/.*)?$", "", re.sub(r"/temp-\d+(/.*)?$", "", path))
     remove_partial_writes(model_dir)
     newest = checkpoints.latest_checkpoint(model_dir)
-    exports = _exports_under(model_dir, temporary=False)
-    needed = _size(exports[-1]) if export and exports else checkpoint_bytes(newest)
+    finished = exports.in_model_dir(model_dir)
+    needed = _size(finished[-1]) if export and finished else checkpoint_bytes(newest)
     free = _free_bytes(path if not storage.is_bucket(path) else ".")
     # The size of the last one written; before the first, only that it is more than what is free.
     needed_text = f"about {needed / _MB:.1f} MB" if needed else f"more than {free / _MB:.1f} MB"

@@ -1,7 +1,7 @@
 """The evaluator: score each new checkpoint on the whole test set (and the validation split), export it, and record it.
 
 Every evaluation goes to <model_dir>/eval_results.jsonl, the structured
-record the launcher, the benchmarks and users read (checkpoints.py):
+record the launcher, the benchmarks and users read (model_files/checkpoints.py):
 `accuracy` and `loss` are the test set's, and with a validation split
 (data.validation_examples, splits.py) `validation_accuracy` and
 `validation_loss` are that split's, for the same checkpoint. TensorBoard
@@ -16,7 +16,8 @@ import time
 
 import tensorflow as tf
 
-from estimator_mnist import checkpoints, storage
+from estimator_mnist import storage
+from estimator_mnist.model_files import checkpoints
 from estimator_mnist.model_files import layout
 from estimator_mnist.config import Config
 from estimator_mnist.tf_model.export import export_checkpoint, keep_newest

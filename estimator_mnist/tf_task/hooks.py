@@ -12,7 +12,7 @@ from typing import Optional
 import tensorflow as tf
 
 from estimator_mnist.config import TaskId
-from estimator_mnist.progress import ProgressWriter
+from estimator_mnist.model_files.progress import ProgressWriter
 from estimator_mnist.tasklog import log
 
 

@@ -29,10 +29,10 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
-from estimator_mnist import checkpoints
+from estimator_mnist.model_files import checkpoints
 from estimator_mnist.config.schema import TrainingConfig
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, SUCCESS_EXIT_CODE
-from estimator_mnist.preemption_mark import has_mark, write_mark
+from estimator_mnist.model_files.preemption_mark import has_mark, write_mark
 from estimator_mnist.tf_task.hooks import log
 from estimator_mnist.tf_task.teardown import exit_now
 

@@ -14,7 +14,7 @@ import threading
 
 import tensorflow as tf
 
-from estimator_mnist import checkpoints
+from estimator_mnist.model_files import checkpoints
 from estimator_mnist.config import PS_STRATEGIES, Config
 from estimator_mnist.errors import RETRYABLE_NOTE, PermanentFailure, RetryableFailure
 from estimator_mnist.tf_task.evaluator import evaluate_checkpoints

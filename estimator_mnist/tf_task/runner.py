@@ -17,7 +17,8 @@ from dataclasses import replace
 
 import tensorflow as tf
 
-from estimator_mnist import checkpoints, storage
+from estimator_mnist import storage
+from estimator_mnist.model_files import checkpoints
 from estimator_mnist.tf_task.bucket_errors import bucket_failure
 from estimator_mnist.tf_task.checkpoint_repair import fall_back_to_intact
 from estimator_mnist.config import PS_STRATEGIES, Config, TaskId
@@ -29,7 +30,7 @@ from estimator_mnist.tf_task.hooks import ProgressHook, ReadyHook, ThroughputSum
 from estimator_mnist.tf_task.model import model_fn
 from estimator_mnist.plan.peers import cause_of, missing_peers, named_in, peers_of
 from estimator_mnist.tf_task.preemption import Preemption, PreemptionHook
-from estimator_mnist.progress import ProgressWriter, fresh_rates, progress_path
+from estimator_mnist.model_files.progress import ProgressWriter, fresh_rates, progress_path
 from estimator_mnist.tf_task.roles import DoneSignalHook, finish_training, run_evaluator, run_ps, run_trainer
 from estimator_mnist.tf_task.step_watchdog import StepWatchdogHook
 from estimator_mnist.tf_task.step_trace import StepTraceHook, trace_path

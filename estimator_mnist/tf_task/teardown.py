@@ -14,7 +14,7 @@ import time
 
 import tensorflow as tf
 
-from estimator_mnist import checkpoints
+from estimator_mnist.model_files import checkpoints
 from estimator_mnist.config import timeouts
 from estimator_mnist.config.schema import EvaluationConfig
 from estimator_mnist.tasklog import log

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator_mnist import checkpoints
+from estimator_mnist.model_files import checkpoints, exports
 from estimator_mnist.tf_task.checkpoint_repair import verify_checkpoint
 from estimator_mnist.tf_task.disk_full import ERR_DISK_FULL, checkpoint_bytes
 from tests.e2e.test_cluster_run import task_pid
@@ -111,7 +111,7 @@ def test_a_full_disk_during_a_checkpoint_or_an_export_keeps_the_earlier_ones(tmp
     model_dir = small_filesystem / "model"
     first = _train(path, model_dir, 10)
     assert first.returncode == 0, first.stderr[-3000:]
-    [export] = checkpoints.exports_in(str(model_dir / "export" / "latest"))
+    [export] = exports.exports_in(str(model_dir / "export" / "latest"))
     checkpoint_size = checkpoint_bytes(str(model_dir / "model.ckpt-10"))
     export_files = {p: p.stat().st_size for p in Path(export).rglob("*") if p.is_file()}
 
@@ -136,6 +136,6 @@ def test_a_full_disk_during_a_checkpoint_or_an_export_keeps_the_earlier_ones(tmp
     assert third.returncode == 1 and len(lines) == 1, third.stderr[-3000:]
     assert f"writing an export in {model_dir}/export/latest: it needs about " in lines[0]
     assert verify_checkpoint(str(model_dir / "model.ckpt-20")) is None
-    assert checkpoints.exports_in(str(model_dir / "export" / "latest")) == [export]
+    assert exports.exports_in(str(model_dir / "export" / "latest")) == [export]
     assert {p: p.stat().st_size for p in Path(export).rglob("*") if p.is_file()} == export_files
     assert not list((model_dir / "export" / "latest").glob("temp-*"))

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from estimator_mnist.checkpoints import final_evaluation
-from estimator_mnist.progress import read_progress
+from estimator_mnist.model_files.checkpoints import final_evaluation
+from estimator_mnist.model_files.progress import read_progress
 from tests.e2e.simulated_hosts import Netem, SimulatedHosts, require_namespaces
 from tests.e2e.test_multi_host import MWMS, PS, log_of, start, write
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from estimator_mnist import storage
-from estimator_mnist.checkpoints import latest_step, read_eval_results
-from estimator_mnist.progress import read_progress
+from estimator_mnist.model_files.checkpoints import latest_step, read_eval_results
+from estimator_mnist.model_files.progress import read_progress
 from tests.e2e.simulated_hosts import require_namespaces
 from tests.e2e.simulated_pods import SimulatedPods
 from tests.gcs_netns import NamespaceListener

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from estimator_mnist.checkpoints import read_eval_results
+from estimator_mnist.model_files.checkpoints import read_eval_results
 from tests.e2e.simulated_hosts import require_namespaces
 from tests.e2e.simulated_pods import SimulatedPods
 from tests.helpers import REPO

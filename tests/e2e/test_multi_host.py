@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from estimator_mnist.checkpoints import final_evaluation, latest_step
-from estimator_mnist.progress import read_progress
+from estimator_mnist.model_files.checkpoints import final_evaluation, latest_step
+from estimator_mnist.model_files.progress import read_progress
 from tests.e2e.simulated_hosts import SimulatedHosts, require_namespaces
 
 TRAINING = """

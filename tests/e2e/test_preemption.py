@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from estimator_mnist.checkpoints import latest_step
-from estimator_mnist.progress import read_progress
+from estimator_mnist.model_files.checkpoints import latest_step
+from estimator_mnist.model_files.progress import read_progress
 from tests.helpers import REPO, free_ports
 
 GRACE = 25

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from estimator_mnist.checkpoints import latest_step
-from estimator_mnist.progress import read_progress
+from estimator_mnist.model_files.checkpoints import latest_step
+from estimator_mnist.model_files.progress import read_progress
 from tests.e2e.test_multi_host import hosts, log_of, write  # noqa: F401  (hosts is the fixture)
 
 OPERATION_TIMEOUT_MS = 10000

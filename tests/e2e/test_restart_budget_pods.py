@@ -13,9 +13,9 @@ import uuid
 
 import pytest
 
-from estimator_mnist.checkpoints import latest_step
-from estimator_mnist.progress import read_progress
-from estimator_mnist.supervise.restart_budget import RECORD_FILE
+from estimator_mnist.model_files.checkpoints import latest_step
+from estimator_mnist.model_files.progress import read_progress
+from estimator_mnist.model_files.layout import BUDGET_FILE
 from tests.e2e.simulated_hosts import require_namespaces
 from tests.e2e.simulated_pods import SimulatedPods
 
@@ -76,7 +76,7 @@ def test_preemptions_never_count_and_a_crash_loop_ends_after_the_budget(pod, tmp
         assert stops[-1] > since, (stops, log.read_text()[-4000:])
         if number > 1:
             assert f"resumes after preemption {number - 1} (preempted at step {since}: not counted)" in log.read_text()
-    record = json.loads((model_dir / RECORD_FILE).read_text())
+    record = json.loads((model_dir / BUDGET_FILE).read_text())
     assert len(record["preemptions"]) == 2 and record["incidents"] == []  # the third is taken at the next start
 
     lines = []
@@ -91,6 +91,6 @@ def test_preemptions_never_count_and_a_crash_loop_ends_after_the_budget(pod, tmp
     lines = [line for line in log.read_text().splitlines() if "restart budget used up" in line]
     assert len(lines) == 1 and "job tfjob-default-mnist failed 3 times in a row without a newer checkpoint " \
         "(restart.max_restarts=2)" in lines[0], log.read_text()[-4000:]
-    record = json.loads((model_dir / RECORD_FILE).read_text())
+    record = json.loads((model_dir / BUDGET_FILE).read_text())
     assert len(record["preemptions"]) == 3 and [i["in_a_row"] for i in record["incidents"]] == [1, 2, 3]
     assert [p["step"] for p in record["preemptions"]] == stops

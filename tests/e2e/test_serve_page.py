@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import requests
 
-from estimator_mnist.checkpoints import read_eval_results
+from estimator_mnist.model_files.checkpoints import read_eval_results
 from tests.helpers import REPO
 from tests.serve_helpers import Server
 from tests.system_packages import require_debian_packages

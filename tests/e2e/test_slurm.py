@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from estimator_mnist.checkpoints import latest_step, read_eval_results
-from estimator_mnist.progress import read_progress
+from estimator_mnist.model_files.checkpoints import latest_step, read_eval_results
+from estimator_mnist.model_files.progress import read_progress
 from tests.helpers import REPO
 
 JOB_YAML = """

@@ -15,9 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from estimator_mnist.checkpoints import latest_step
-from estimator_mnist.progress import read_progress
-from estimator_mnist.supervise.restart_budget import RECORD_FILE
+from estimator_mnist.model_files.checkpoints import latest_step
+from estimator_mnist.model_files.progress import read_progress
+from estimator_mnist.model_files.layout import BUDGET_FILE
 from tests.e2e.test_slurm import finished, job_output, wait_for
 from tests.helpers import REPO
 
@@ -113,7 +113,7 @@ def test_preemptions_never_count_and_a_worker_killed_at_every_start_ends_the_job
     errors = [line for line in output.splitlines() if "restart budget is used up" in line]
     assert len(errors) == 1 and f"job slurm-{job_id} failed 3 times in a row without a newer checkpoint " \
         "(restart.max_restarts=2)" in errors[0] and "worker:0 (rank 1) ended with no word" in errors[0], output[-6000:]
-    record = json.loads((tmp_path / "model" / RECORD_FILE).read_text())
+    record = json.loads((tmp_path / "model" / BUDGET_FILE).read_text())
     assert [p["step"] for p in record["preemptions"]] == stops and len(record["incidents"]) == 3, record
     assert len(killed) == 3 and latest_step(model_dir) == stops[-1]  # killed before any step of its own
     assert not slurm.processes_left(str(tmp_path))

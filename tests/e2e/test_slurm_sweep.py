@@ -14,9 +14,9 @@ import time
 import pytest
 import yaml
 
-from estimator_mnist.checkpoints import latest_step
+from estimator_mnist.model_files.checkpoints import latest_step
 from estimator_mnist.config import config_from_dict
-from estimator_mnist.progress import read_progress
+from estimator_mnist.model_files.progress import read_progress
 from estimator_mnist.sweep import records
 from tests.e2e.test_slurm import finished, wait_for
 from tests.helpers import REPO

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 
-from estimator_mnist.progress import read_progress
+from estimator_mnist.model_files.progress import read_progress
 from tests.helpers import launch_cluster, pids_alive
 
 COMMON = """

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from estimator_mnist.progress import read_progress
+from estimator_mnist.model_files.progress import read_progress
 from tests.helpers import CLUSTER_YAML, REPO, launch_cluster, pids_alive
 
 NOISE = re.compile(r"cuDNN|cuFFT|cuBLAS|TensorRT|oneDNN|cuda|cpu_feature_guard|tensorflow/core|google_auth")

@@ -2,7 +2,7 @@
 
 usage: python -m tests.process.fake_task BEHAVIOUR RUN_DIR MODEL_DIR TASK MAX_STEPS [PORT]
 
-It writes the same progress records as a real trainer (estimator_mnist.progress)
+It writes the same progress records as a real trainer (estimator_mnist.model_files.progress)
 and, for the chief, checkpoint index files. Behaviours ending in _once act up on
 their first start only (a marker file in MODEL_DIR remembers it) and then behave
 like the role's *_ok behaviour.
@@ -19,8 +19,8 @@ from pathlib import Path
 from estimator_mnist.config import TaskId
 from estimator_mnist.plan.task_plan import apply_to_this_process
 from estimator_mnist.plan.task_spec import read_spec
-from estimator_mnist.preemption_mark import write_mark
-from estimator_mnist.progress import ProgressWriter, progress_path
+from estimator_mnist.model_files.preemption_mark import write_mark
+from estimator_mnist.model_files.progress import ProgressWriter, progress_path
 from estimator_mnist.supervise.process_group import spec_file
 
 ONCE = {"chief_fails_once": ("fail_soon", "chief_ok"), "chief_stalls_once": ("silent_forever", "chief_ok"),

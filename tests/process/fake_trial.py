@@ -17,7 +17,7 @@ import sys
 import time
 
 from estimator_mnist.config import TaskId
-from estimator_mnist.progress import ProgressWriter, progress_path
+from estimator_mnist.model_files.progress import ProgressWriter, progress_path
 
 STEPS_PER_EVALUATION = 10
 

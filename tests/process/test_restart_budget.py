@@ -7,8 +7,8 @@ import json
 import os
 import subprocess
 import sys
+from estimator_mnist.model_files.layout import BUDGET_FILE
 
-from estimator_mnist.supervise.restart_budget import RECORD_FILE
 from tests.helpers import REPO, free_ports
 
 YAML = """
@@ -28,7 +28,7 @@ def test_a_fault_that_repeats_under_the_operator_ends_with_exit_1_after_the_budg
     path.write_text(YAML.format(root=tmp_path), encoding="utf-8")
     env = {**os.environ, "TF_CONFIG": json.dumps(tf_config)}
     codes, last, outputs = [], None, []
-    record_path = tmp_path / "model" / RECORD_FILE
+    record_path = tmp_path / "model" / BUDGET_FILE
     for start in range(4):  # the first start, two restarts within the budget, then one past it
         if start == 2:  # the record torn between two starts of the loop: its copy keeps the count
             record_path.write_bytes(b'{"job": "tfjob-default-mnist", "sta')
@@ -39,12 +39,12 @@ def test_a_fault_that_repeats_under_the_operator_ends_with_exit_1_after_the_budg
     assert codes == [200, 200, 200, 1], last.stderr[-3000:]  # no later than with an intact record
     kept = [line for line in outputs[2].splitlines() if "is unreadable" in line]
     assert len(kept) == 1 and f"the restart budget's record {record_path} is unreadable" in kept[0], outputs[2]
-    [aside] = list((tmp_path / "model").glob(RECORD_FILE + ".unreadable-*"))
+    [aside] = list((tmp_path / "model").glob(BUDGET_FILE + ".unreadable-*"))
     assert aside.read_bytes() == b'{"job": "tfjob-default-mnist", "sta' and aside.name in kept[0]
     refusal = [line for line in last.stderr.splitlines() if "restart budget used up" in line]
     assert len(refusal) == 1 and "job tfjob-default-mnist failed 3 times in a row without a newer checkpoint (restart.max_restarts=2)" \
         in refusal[0], last.stderr
-    record = json.loads((tmp_path / "model" / RECORD_FILE).read_text())
+    record = json.loads((tmp_path / "model" / BUDGET_FILE).read_text())
     assert record["starts"] == 4 and len(record["incidents"]) == 3
 
     # The same job resubmitted (a new ESTIMATOR_MNIST_JOB_ID, as `tfjob` renders it) starts with a fresh budget.

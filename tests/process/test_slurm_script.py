@@ -11,8 +11,8 @@ import sys
 import time
 
 import pytest
+from estimator_mnist.model_files.layout import BUDGET_FILE
 
-from estimator_mnist.supervise.restart_budget import RECORD_FILE
 from tests.helpers import REPO
 
 # srun: prepare-data succeeds; each train step exits with the next code of $FAKE/codes. srun's own status is
@@ -106,7 +106,7 @@ def test_success_ends_the_job_with_0(fake):
 
 
 def incidents(fake):
-    record = json.loads((fake[0] / "model" / RECORD_FILE).read_text())
+    record = json.loads((fake[0] / "model" / BUDGET_FILE).read_text())
     assert record["job"] == "slurm-77", record
     return record["incidents"]
 

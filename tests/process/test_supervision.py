@@ -197,7 +197,7 @@ def test_each_launched_task_gets_its_spec_and_not_the_launcher_s_tf_config(tmp_p
 def test_summary_times_come_from_the_trainers_records(tmp_path):
     code, out, summary, _, _ = run(make_config(tmp_path), HEALTHY)
     assert code == 0, out
-    from estimator_mnist.progress import read_progress
+    from estimator_mnist.model_files.progress import read_progress
 
     records = read_progress(str(tmp_path / "run"))
     assert summary["seconds_to_first_step"] == min(r["first_step_time"] for r in records.values()) - summary["launch_time"]

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from estimator_mnist.errors import PermanentFailure, RetryableFailure
 from estimator_mnist import storage
+from estimator_mnist.model_files import layout
 from estimator_mnist.storage import lock
 from estimator_mnist.storage.bounds import STORAGE_RETRY_SECS
 from estimator_mnist.tf_task import checkpoint_repair
@@ -175,7 +176,7 @@ def _failing(paths, problem, calls):
 
 
 def _files(model_dir):
-    return sorted(name for name in os.listdir(model_dir) if name != checkpoint_repair.LOCK_FILE
+    return sorted(name for name in os.listdir(model_dir) if name != layout.LOCK_FILE
                   and not name.startswith(lock.SCHEME_FILE))
 
 
@@ -260,5 +261,5 @@ def test_a_file_system_without_flock_checks_with_one_warning(model_dir, monkeypa
     assert fall_back_to_intact(model_dir, lines.append) == paths[1]
     assert lines[0].startswith("warning: ") and "does not support flock(2) (Function not implemented)" in lines[0]
     assert len(lines) == 2 and "is damaged" in lines[1]
-    data, version = storage.read_versioned(os.path.join(model_dir, checkpoint_repair.LOCK_FILE + lock.LEASE_SUFFIX))
+    data, version = storage.read_versioned(os.path.join(model_dir, layout.LOCK_FILE + lock.LEASE_SUFFIX))
     assert version >= 2 and b'"holder": null' in data  # taken, then released

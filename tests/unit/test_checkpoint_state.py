@@ -8,7 +8,8 @@ import os
 import pytest
 import tensorflow as tf
 
-from estimator_mnist import checkpoints, storage
+from estimator_mnist import storage
+from estimator_mnist.model_files import checkpoints, layout
 from estimator_mnist.errors import PermanentFailure, RetryableFailure
 from estimator_mnist.storage import local
 from estimator_mnist.storage.errors import ERR_DENIED, ERR_UNAVAILABLE, StorageDenied, StorageUnavailable
@@ -58,7 +59,7 @@ def _failing_reads(monkeypatch, path, errors, forever=False):
 
 
 def _state(model_dir):
-    return os.path.join(model_dir, checkpoint_state.STATE_FILE)
+    return os.path.join(model_dir, layout.STATE_FILE)
 
 
 def _bytes(path):

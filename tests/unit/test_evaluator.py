@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_mnist.checkpoints import read_eval_results
+from estimator_mnist.model_files.checkpoints import read_eval_results
 from estimator_mnist.tf_task.evaluator import MSG_BEST_BY_TEST, SavedModelExporter, evaluate_checkpoints
 from tests.unit.fakes import tiny_estimator
 

@@ -4,7 +4,7 @@ import os
 import signal
 
 from estimator_mnist.config import TaskId, config_from_dict
-from estimator_mnist.progress import ProgressWriter, progress_path
+from estimator_mnist.model_files.progress import ProgressWriter, progress_path
 from estimator_mnist.plan.task_plan import plan_task
 from estimator_mnist.supervise.task_parent import (GATE_MAX_SECS, TaskParent, child_command, evaluator_gate,
                                                   trainers_under_way)

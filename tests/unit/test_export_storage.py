@@ -1,7 +1,8 @@
 """Exports and the clean-up after a full disk, on a bucket: the storage layer's moves and removals, saved_model.pb
 last in and first out so that no reader (exports_in, Serving) takes half an export."""
 
-from estimator_mnist import checkpoints, storage
+from estimator_mnist import storage
+from estimator_mnist.model_files import exports
 from estimator_mnist.tf_model import export
 from estimator_mnist.tf_task.disk_full import remove_partial_writes
 from tests import memory_bucket
@@ -23,7 +24,7 @@ def test_an_export_on_a_bucket_is_published_with_saved_model_pb_last(monkeypatch
     monkeypatch.setattr(bucket, "move", lambda src, dst: (moved.append(storage.basename(src)), move(src, dst)))
     export.publish(f"{BASE}/temp-17", f"{BASE}/17")
     assert moved[-1] == "saved_model.pb" and moved[:-1] == ["variables"]
-    assert checkpoints.exports_in(BASE) == [f"{BASE}/17"] and storage.listdir(BASE) == ["17"]
+    assert exports.exports_in(BASE) == [f"{BASE}/17"] and storage.listdir(BASE) == ["17"]
 
 
 def test_only_exports_with_saved_model_pb_count_and_the_oldest_go(monkeypatch):
@@ -31,7 +32,7 @@ def test_only_exports_with_saved_model_pb_count_and_the_oldest_go(monkeypatch):
     for stamp in (10, 11, 12):
         _written(f"{BASE}/{stamp}")
     storage.write_atomic(f"{BASE}/13/variables/variables.index", b"x")  # on its way: no saved_model.pb yet
-    assert checkpoints.exports_in(BASE) == [f"{BASE}/10", f"{BASE}/11", f"{BASE}/12"]
+    assert exports.exports_in(BASE) == [f"{BASE}/10", f"{BASE}/11", f"{BASE}/12"]
     export.keep_newest(BASE, 2)
     assert storage.listdir(BASE) == ["11", "12", "13"]
 

@@ -12,7 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tests.helpers import planned
 from estimator_mnist.tf_task import runner
 from estimator_mnist.config import TaskId, config_from_dict
-from estimator_mnist.progress import progress_path, read_progress
+from estimator_mnist.model_files.progress import progress_path, read_progress
 from estimator_mnist.tf_task.teardown import TeardownWatchdogHook
 from tests.unit.fakes import dataset_of, fake_mnist
 

@@ -8,11 +8,11 @@ import time
 import pytest
 
 from tests.helpers import planned
-from estimator_mnist import checkpoints
+from estimator_mnist.model_files import checkpoints
 from estimator_mnist.tf_task import runner
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.tf_task.preemption import Preemption
-from estimator_mnist.progress import read_progress
+from estimator_mnist.model_files.progress import read_progress
 from estimator_mnist.tf_task.teardown import TeardownWatchdogHook
 from tests.unit.fakes import dataset_of, fake_mnist
 
@@ -61,7 +61,7 @@ def test_a_stop_whose_step_was_the_last_one_ends_with_0():
 
 
 def test_what_is_saved_is_the_final_checkpoint_or_for_the_evaluator_its_final_evaluation(tmp_path):
-    from estimator_mnist.checkpoints import work_saved
+    from estimator_mnist.model_files.checkpoints import work_saved
 
     model_dir = str(tmp_path)
     assert work_saved(model_dir, 10, evaluates=False) is None
@@ -183,7 +183,7 @@ def test_every_trainer_waits_for_the_chief_s_checkpoint_of_the_stop_step_within_
 def test_the_chief_s_mark_is_written_once_though_two_paths_end_it_at_once(tmp_path, monkeypatch):
     """The hook's teardown thread and run_trainer both call mark_if_saved; in a real Slurm run the two raced, and
     the second os.replace found the first one's temporary gone (FileNotFoundError, the chief exited 1)."""
-    from estimator_mnist import preemption_mark
+    from estimator_mnist.model_files import preemption_mark
     from estimator_mnist.tf_task import preemption as module
 
     (tmp_path / "model.ckpt-20.index").write_bytes(b"x")

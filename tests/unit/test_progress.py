@@ -6,7 +6,7 @@ import os
 
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.supervise.launch.monitor import Monitor
-from estimator_mnist.progress import STEP_TIMES_EVERY, WRITE_EVERY_SECS, ProgressWriter, progress_path, read_progress
+from estimator_mnist.model_files.progress import STEP_TIMES_EVERY, WRITE_EVERY_SECS, ProgressWriter, progress_path, read_progress
 
 
 class Clock:

@@ -6,10 +6,11 @@ import pytest
 
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.errors import PermanentFailure
-from estimator_mnist.preemption_mark import MARK_FILE, write_mark
-from estimator_mnist.supervise.restart_budget import (ERR_BUDGET, JOB_ID_ENV, RECORD_FILE, Job, RestartBudget,
-                                                      budget_line, check_start, job_of)
-from estimator_mnist.supervise.restart_record import ERR_BOTH, LAST_GOOD, MSG_KEPT_ASIDE
+from estimator_mnist.model_files.budget_record import ERR_BOTH, LAST_GOOD, MSG_KEPT_ASIDE
+from estimator_mnist.model_files.layout import BUDGET_FILE, MARK_FILE
+from estimator_mnist.model_files.preemption_mark import write_mark
+from estimator_mnist.supervise.restart_budget import (ERR_BUDGET, JOB_ID_ENV, Job, RestartBudget, budget_line,
+                                                      check_start, job_of)
 from tests.helpers import error_pattern
 
 CLUSTER = config_from_dict({"cluster": {"chief": ["a:1"], "worker": ["b:1"], "evaluator": "c"}}, "t").cluster
@@ -44,9 +45,9 @@ def test_the_writer_s_restarts_without_progress_are_incidents_until_the_budget_i
     assert "job tfjob-team-a-mnist failed 4 times in a row without a newer checkpoint (restart.max_restarts=3)" \
         in message
     assert "#4 at" in message and "(no checkpoint yet)" in message and "\n" not in message
-    record = json.loads((tmp_path / RECORD_FILE).read_text())
+    record = json.loads((tmp_path / BUDGET_FILE).read_text())
     assert record["job"] == JOB.key and record["starts"] == 5 and len(record["incidents"]) == 4
-    assert json.loads((tmp_path / (RECORD_FILE + LAST_GOOD)).read_text()) == record
+    assert json.loads((tmp_path / (BUDGET_FILE + LAST_GOOD)).read_text()) == record
 
 
 def test_a_failure_after_a_newer_checkpoint_begins_the_count_again(tmp_path):
@@ -86,22 +87,22 @@ def test_a_mark_whose_step_is_not_the_newest_checkpoint_counts_as_a_failure(tmp_
 def test_an_unreadable_record_is_kept_aside_and_the_count_goes_on_from_its_last_good_copy(tmp_path, damage):
     chief = TaskId("chief", 0)
     starts(tmp_path, chief, 3, max_restarts=3)  # 2 incidents in a row
-    (tmp_path / RECORD_FILE).write_bytes(damage)
+    (tmp_path / BUDGET_FILE).write_bytes(damage)
     lines = []
     budget = RestartBudget(JOB, 3, str(tmp_path), log=lines.append)
     assert budget.streak == 2 and len(budget.incidents) == 2
-    [aside] = list(tmp_path.glob(RECORD_FILE + ".unreadable-*"))
+    [aside] = list(tmp_path.glob(BUDGET_FILE + ".unreadable-*"))
     assert aside.read_bytes() == damage
     assert len(lines) == 1 and lines[0] == MSG_KEPT_ASIDE.format(
-        path=tmp_path / RECORD_FILE, problem=lines[0].split("(", 1)[1].split("); its bytes")[0], aside=aside,
-        good=f"{tmp_path / RECORD_FILE}{LAST_GOOD}")
+        path=tmp_path / BUDGET_FILE, problem=lines[0].split("(", 1)[1].split("); its bytes")[0], aside=aside,
+        good=f"{tmp_path / BUDGET_FILE}{LAST_GOOD}")
     starts(tmp_path, chief, 1, max_restarts=3)  # the loop ends no later than with an intact record
     with pytest.raises(PermanentFailure, match="failed 4 times in a row"):
         check_start(chief, CLUSTER, JOB, 3, str(tmp_path))
 
 
 def test_both_copies_unreadable_fail_closed_with_how_to_reset(tmp_path):
-    for name in (RECORD_FILE, RECORD_FILE + LAST_GOOD):
+    for name in (BUDGET_FILE, BUDGET_FILE + LAST_GOOD):
         (tmp_path / name).write_text("{torn")
     with pytest.raises(PermanentFailure, match=error_pattern(ERR_BOTH)) as refused:
         check_start(TaskId("worker", 0), CLUSTER, JOB, 3, str(tmp_path))
@@ -110,7 +111,7 @@ def test_both_copies_unreadable_fail_closed_with_how_to_reset(tmp_path):
 
 def test_a_record_deleted_but_its_copy_kept_is_read_from_the_copy(tmp_path):
     starts(tmp_path, TaskId("chief", 0), 3)
-    (tmp_path / RECORD_FILE).unlink()
+    (tmp_path / BUDGET_FILE).unlink()
     assert RestartBudget(JOB, 3, str(tmp_path)).streak == 2
 
 
@@ -132,7 +133,7 @@ def test_every_task_started_past_the_budget_is_refused(tmp_path):
 
 def test_without_a_chief_worker_0_writes_the_record(tmp_path):
     starts(tmp_path, TaskId("worker", 1), 3, cluster=NO_CHIEF)
-    assert not (tmp_path / RECORD_FILE).exists()
+    assert not (tmp_path / BUDGET_FILE).exists()
     starts(tmp_path, TaskId("worker", 0), 2, cluster=NO_CHIEF)
     assert len(RestartBudget(JOB, 3, str(tmp_path)).incidents) == 1
 
@@ -146,7 +147,7 @@ def test_a_resubmitted_job_starts_with_a_fresh_budget(tmp_path):
 
 def test_tasks_no_manager_restarts_keep_no_record(tmp_path):
     assert starts(tmp_path, TaskId("chief", 0), 5, job=None) == [None] * 5
-    assert not (tmp_path / RECORD_FILE).exists()
+    assert not (tmp_path / BUDGET_FILE).exists()
 
 
 def test_launch_counts_with_the_same_budget_in_memory():

@@ -8,14 +8,17 @@ import json
 
 import pytest
 
-from estimator_mnist import checkpoints, storage
+from estimator_mnist import storage
+from estimator_mnist.model_files import checkpoints
 from estimator_mnist.config import TaskId
 from estimator_mnist.errors import PermanentFailure, RetryableFailure
-from estimator_mnist.preemption_mark import MARK_FILE, has_mark, take_mark, write_mark
+from estimator_mnist.model_files.preemption_mark import has_mark, take_mark, write_mark
 from estimator_mnist.storage.errors import StorageDenied, StorageUnavailable
-from estimator_mnist.supervise import restart_record
-from estimator_mnist.supervise.restart_budget import RECORD_FILE, RestartBudget, check_start
-from estimator_mnist.supervise.restart_record import ASIDE, LAST_GOOD, MSG_KEPT_ASIDE, aside_path, check
+from estimator_mnist.model_files import budget_record as restart_record
+from estimator_mnist.supervise.restart_budget import RestartBudget, check_start
+from estimator_mnist.model_files.budget_record import ASIDE, LAST_GOOD, MSG_KEPT_ASIDE, aside_path, check
+from estimator_mnist.model_files.layout import BUDGET_FILE, MARK_FILE
+from estimator_mnist.model_files import layout
 from tests import memory_bucket
 from tests.disk_faults import failing_opens, short_storage_bound
 from tests.unit.test_restart_budget import CLUSTER, JOB
@@ -53,25 +56,25 @@ def test_a_first_version_record_without_the_newer_fields_is_good():
 @pytest.mark.parametrize("field, value", [("streak", "x"), ("restored", [1]), ("preemptions", "none"),
                                           ("incidents", [{"number": 1, "time": "t"}])])
 def test_a_wrong_typed_record_is_kept_aside_and_the_count_goes_on_from_the_last_good_copy(tmp_path, field, value):
-    path = tmp_path / RECORD_FILE
+    path = tmp_path / BUDGET_FILE
     restart_record.write_record(str(path), GOOD)
     path.write_text(json.dumps(_with(**{field: value})))
     lines = []
     budget = RestartBudget(JOB, 3, str(tmp_path), log=lines.append)
     assert budget.streak == 2 and budget.restored == 10 and len(budget.incidents) == 2
-    [aside] = list(tmp_path.glob(RECORD_FILE + ASIDE + "*"))
+    [aside] = list(tmp_path.glob(BUDGET_FILE + ASIDE + "*"))
     assert json.loads(aside.read_text())[field] == value
     assert len(lines) == 1 and lines[0].startswith(f"the restart budget's record {path} is unreadable (its '{field}")
     assert f"its bytes are kept as {aside};" in lines[0]
 
 
 def test_two_corruptions_within_one_second_are_both_kept(tmp_path):
-    path = tmp_path / RECORD_FILE
+    path = tmp_path / BUDGET_FILE
     restart_record.write_record(str(path), GOOD)
     for damage in ("{torn", '{"streak": "x"}'):
         path.write_text(damage)
         restart_record.read_record(str(path), lambda line: None, clock=lambda: 1700000000.5)
-    kept = sorted(p.read_text() for p in tmp_path.glob(RECORD_FILE + ASIDE + "*"))
+    kept = sorted(p.read_text() for p in tmp_path.glob(BUDGET_FILE + ASIDE + "*"))
     assert kept == sorted(["{torn", '{"streak": "x"}'])
 
 
@@ -86,21 +89,21 @@ def _fail_reads(monkeypatch, path, error):
 
 
 def test_a_record_the_disk_refuses_is_exit_1_naming_it_and_not_moved(tmp_path, monkeypatch):
-    path = tmp_path / RECORD_FILE
+    path = tmp_path / BUDGET_FILE
     restart_record.write_record(str(path), GOOD)
     _fail_reads(monkeypatch, str(path), PermissionError(errno.EACCES, "Permission denied"))
     with pytest.raises(PermanentFailure, match=f"{path}: the storage refused access"):
         RestartBudget(JOB, 3, str(tmp_path))
-    assert path.exists() and not list(tmp_path.glob(RECORD_FILE + ASIDE + "*"))
+    assert path.exists() and not list(tmp_path.glob(BUDGET_FILE + ASIDE + "*"))
 
 
 def test_a_record_the_disk_fails_to_serve_is_exit_200_and_not_moved(tmp_path, monkeypatch):
-    path = tmp_path / RECORD_FILE
+    path = tmp_path / BUDGET_FILE
     restart_record.write_record(str(path), GOOD)
     _fail_reads(monkeypatch, str(path), OSError(errno.EIO, "Input/output error"))
     with pytest.raises(RetryableFailure, match=f"{path}: the storage failed to serve it for 1 s .Input/output error"):
         RestartBudget(JOB, 3, str(tmp_path))
-    assert path.exists() and not list(tmp_path.glob(RECORD_FILE + ASIDE + "*"))
+    assert path.exists() and not list(tmp_path.glob(BUDGET_FILE + ASIDE + "*"))
 
 
 def test_the_budget_counts_on_a_bucket(monkeypatch):
@@ -109,12 +112,12 @@ def test_the_budget_counts_on_a_bucket(monkeypatch):
     for _ in range(3):
         check_start(chief, CLUSTER, JOB, 3, BUCKET_DIR)
     assert RestartBudget(JOB, 3, BUCKET_DIR).streak == 2
-    assert {f"{BUCKET_DIR}/{RECORD_FILE}", f"{BUCKET_DIR}/{RECORD_FILE}{LAST_GOOD}"} <= set(bucket.objects)
+    assert {f"{BUCKET_DIR}/{BUDGET_FILE}", f"{BUCKET_DIR}/{BUDGET_FILE}{LAST_GOOD}"} <= set(bucket.objects)
 
 
 def test_a_corrupt_record_on_a_bucket_is_kept_aside(monkeypatch):
     bucket = memory_bucket.install(monkeypatch)
-    path = f"{BUCKET_DIR}/{RECORD_FILE}"
+    path = f"{BUCKET_DIR}/{BUDGET_FILE}"
     restart_record.write_record(path, GOOD)
     storage.write_atomic(path, '{"job": "tfjob-team-a-mnist", "starts": "3"}')
     lines = []
@@ -127,7 +130,7 @@ def test_a_corrupt_record_on_a_bucket_is_kept_aside(monkeypatch):
 @pytest.mark.parametrize("failure, error", [("denied", StorageDenied), ("failing", StorageUnavailable)])
 def test_a_record_object_refused_or_not_served_is_named_and_stays(monkeypatch, failure, error):
     bucket = memory_bucket.install(monkeypatch)
-    path = f"{BUCKET_DIR}/{RECORD_FILE}"
+    path = f"{BUCKET_DIR}/{BUDGET_FILE}"
     restart_record.write_record(path, GOOD)
     getattr(bucket, failure).add(path) if failure == "denied" else bucket.failing.__setitem__(path, 1)
     with pytest.raises(error, match=path):
@@ -147,7 +150,7 @@ def test_a_preemption_mark_on_a_bucket_is_written_taken_and_removed(monkeypatch)
 
 def test_evaluations_append_and_read_back_on_a_bucket(monkeypatch):
     memory_bucket.install(monkeypatch)
-    path = storage.join(BUCKET_DIR, checkpoints.EVAL_RESULTS_FILE)
+    path = storage.join(BUCKET_DIR, layout.EVAL_RESULTS_FILE)
     for step in (10, 20):
         storage.append_line(path, json.dumps({"global_step": step, "accuracy": 0.9}))
     assert [r["global_step"] for r in checkpoints.read_eval_results(BUCKET_DIR)] == [10, 20]

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from estimator_mnist.tf_model.serve.batcher import Batcher
-from estimator_mnist.tf_model.serve.versions import evaluation_of, Versions
+from estimator_mnist.model_files.exports import evaluation_of
+from estimator_mnist.tf_model.serve.versions import Versions
 from tests.helpers import make_export
 
 

@@ -9,7 +9,7 @@ import pytest
 from estimator_mnist import cli, commands
 from estimator_mnist.config import TaskId
 from estimator_mnist.errors import UsageError
-from estimator_mnist.plan import slurm_records
+from estimator_mnist.model_files import slurm_records
 from estimator_mnist.plan.slurm_source import from_slurm, in_slurm_step, read_step
 
 LOCAL = {"chief": ["localhost:2222"], "worker": ["localhost:2223"], "evaluator": "localhost"}

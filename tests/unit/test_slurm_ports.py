@@ -6,7 +6,8 @@ import socket
 import pytest
 
 from estimator_mnist.errors import RetryableFailure
-from estimator_mnist.plan import slurm_ports, slurm_records
+from estimator_mnist.plan import slurm_ports
+from estimator_mnist.model_files import slurm_records
 from estimator_mnist.plan.slurm_ports import ERR_NO_PORT, agree, hold_port
 
 

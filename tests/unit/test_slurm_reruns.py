@@ -7,12 +7,13 @@ import json
 import re
 
 from estimator_mnist.config import TaskId, config_from_dict
-from estimator_mnist.preemption_mark import MARK_FILE, write_mark
-from estimator_mnist.supervise.restart_budget import RECORD_FILE, check_start, job_of
-from estimator_mnist.supervise.restart_record import LAST_GOOD
+from estimator_mnist.model_files.preemption_mark import write_mark
+from estimator_mnist.supervise.restart_budget import check_start, job_of
+from estimator_mnist.model_files.budget_record import LAST_GOOD
 from estimator_mnist.supervise.slurm_job_end import main
 from estimator_mnist.supervise.slurm_reruns import ERR_NO_JOB, ERR_SPENT, rerun
 from estimator_mnist.supervise.slurm_task_end import TaskEnd
+from estimator_mnist.model_files.layout import BUDGET_FILE, MARK_FILE
 from tests.helpers import error_pattern
 
 
@@ -66,7 +67,7 @@ def test_each_rerun_without_progress_is_an_incident_until_the_budget_is_used_up(
     assert re.fullmatch("error: " + error_pattern(ERR_SPENT), line) and "\n" not in line
     assert "job slurm-77 failed 3 times in a row without a newer checkpoint (restart.max_restarts=2): #1 at" in line
     assert f"{tmp_path}/run/logs/slurm-77" in line
-    record = json.loads((tmp_path / "model" / RECORD_FILE).read_text())
+    record = json.loads((tmp_path / "model" / BUDGET_FILE).read_text())
     assert record["job"] == "slurm-77" and [i["requeues"] for i in record["incidents"]] == [1, 1, 1]
 
 
@@ -85,7 +86,7 @@ def test_a_preempted_step_is_no_incident_and_progress_begins_the_count_again(tmp
     # Then the fault repeats without progress: the failure at 70 was its first (restart 1), one more restart
     # (2 in a row), and the third failure in a row ends the job.
     assert [failed(tmp_path, environ, 100 + n)[0] for n in range(2)] == [0, 1]
-    record = json.loads((tmp_path / "model" / RECORD_FILE).read_text())
+    record = json.loads((tmp_path / "model" / BUDGET_FILE).read_text())
     assert len(record["preemptions"]) == 5 and [i["in_a_row"] for i in record["incidents"]] == [1, 1, 2, 3]
 
 
@@ -94,7 +95,7 @@ def test_a_step_whose_every_task_was_asked_to_stop_is_no_incident_even_before_a_
     for attempt in range(5):  # more than restart.max_restarts: none counts
         code, line = stopped(tmp_path, environ, attempt)
         assert code == 0 and "every task asked to stop" in line and f"preemption {attempt + 1}" in line
-    assert json.loads((tmp_path / "model" / RECORD_FILE).read_text())["incidents"] == []
+    assert json.loads((tmp_path / "model" / BUDGET_FILE).read_text())["incidents"] == []
 
 
 def test_a_failure_s_peers_stopped_by_srun_are_no_preemption_even_with_the_chief_s_mark(tmp_path):
@@ -106,7 +107,7 @@ def test_a_failure_s_peers_stopped_by_srun_are_no_preemption_even_with_the_chief
     code, line = failed(tmp_path, environ, 0, worker=200)
     assert code == 0 and "restart 1/2 of job slurm-84 (worker:0 (rank 1) exited 200 by itself;" in line
     assert not (tmp_path / "model" / MARK_FILE).exists()
-    record = json.loads((tmp_path / "model" / RECORD_FILE).read_text())
+    record = json.loads((tmp_path / "model" / BUDGET_FILE).read_text())
     assert record["preemptions"] == [] and len(record["incidents"]) == 1
 
 
@@ -142,7 +143,7 @@ def test_a_stale_mark_does_not_hide_a_failure(tmp_path):
 
 def test_both_copies_of_the_record_unreadable_end_the_job_with_1(tmp_path):
     (tmp_path / "model").mkdir()
-    for name in (RECORD_FILE, RECORD_FILE + LAST_GOOD):
+    for name in (BUDGET_FILE, BUDGET_FILE + LAST_GOOD):
         (tmp_path / "model" / name).write_text("{torn")
     code, line = rerun(config(tmp_path), {"SLURM_JOB_ID": "81"})
     assert code == 1 and line.startswith("error: the restart budget's record ") and "delete both files" in line
@@ -160,7 +161,7 @@ def test_without_slurm_s_job_id_one_line_and_exit_2(tmp_path, monkeypatch, capsy
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     main(["--cluster", str(tmp_path / "job.yaml"), "--model-dir", str(tmp_path / "model")])
     assert capsys.readouterr().out == f"estimator-mnist: error: {ERR_NO_JOB}\nexit 2\n"
-    assert not (tmp_path / "model" / RECORD_FILE).exists()
+    assert not (tmp_path / "model" / BUDGET_FILE).exists()
 
 
 def test_a_yaml_broken_since_the_step_started_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
@@ -169,4 +170,4 @@ def test_a_yaml_broken_since_the_step_started_is_one_line_and_exit_2(tmp_path, m
     main(["--cluster", str(tmp_path / "job.yaml"), "--model-dir", str(tmp_path / "model")])
     out = capsys.readouterr().out
     assert out.startswith("estimator-mnist: error: ") and "unknown key 'max_step'" in out, out
-    assert out.endswith("\nexit 2\n") and out.count("\n") == 2 and not (tmp_path / "model" / RECORD_FILE).exists()
+    assert out.endswith("\nexit 2\n") and out.count("\n") == 2 and not (tmp_path / "model" / BUDGET_FILE).exists()

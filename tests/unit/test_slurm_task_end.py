@@ -1,7 +1,7 @@
 """Each task's own word on how it ended in a Slurm step (supervise/slurm_task_end.py), published through model_dir:
 asked to stop (then its code), or its own code; no word at all counts as a failure of its own."""
 
-from estimator_mnist.plan import slurm_records
+from estimator_mnist.model_files import slurm_records
 from estimator_mnist.supervise.slurm_task_end import END_KIND, TaskEnd, failed_by_itself
 from estimator_mnist.supervise.task_parent import TaskParent
 

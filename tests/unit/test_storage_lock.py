@@ -12,7 +12,7 @@ import pytest
 from estimator_mnist import storage
 from estimator_mnist.storage.lock import (LEASE, LEASE_SUFFIX, MSG_NO_FLOCK, MSG_TAKEN_OVER, SCHEME_FILE, Lease,
                                           exclusive, recorded_scheme)
-from estimator_mnist.tf_task import model_dir_lock
+from estimator_mnist.model_files import lock as model_dir_lock
 
 
 def _unsupported(code):

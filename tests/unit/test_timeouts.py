@@ -23,10 +23,10 @@ PACKAGE = REPO / "estimator_mnist"
 TIMED = re.compile(r"(secs|_ms|timeout|grace|deadline|seconds)$|timeout", re.IGNORECASE)
 # Numbers in the code under such names that bound no wait: nothing fires when they pass. (module, name): why.
 NOT_BOUNDS_IN_CODE = {
-    ("checkpoints.py", "poll_secs"): "how often the final evaluation is looked for",
+    ("model_files/checkpoints.py", "poll_secs"): "how often the final evaluation is looked for",
     ("storage/local.py", "FIRST_RETRY_SECS"): "the first pause before a failing disk is asked again",
-    ("progress.py", "WRITE_EVERY_SECS"): "how often a progress record is written",
-    ("progress.py", "FRESH_SECS"): "how recent a record must be for its rate to count",
+    ("model_files/progress.py", "WRITE_EVERY_SECS"): "how often a progress record is written",
+    ("model_files/progress.py", "FRESH_SECS"): "how recent a record must be for its rate to count",
     ("supervise/child_stderr.py", "PARTIAL_LINE_SECS"): "when a partial line is passed on",
     ("supervise/launch/monitor.py", "RATE_WINDOW_SECS"): "the window of the step rate",
     ("supervise/launch/report.py", "PROGRESS_EVERY_SECS"): "the rhythm of launch's progress lines",

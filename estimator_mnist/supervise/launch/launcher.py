@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from estimator_mnist import checkpoints
+from estimator_mnist.model_files import checkpoints
 from estimator_mnist.storage import is_bucket
 from estimator_mnist.config import Config, timeouts
 from estimator_mnist.mnist_data.prepare import ERR_NOT_PREPARED, is_prepared

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections import deque
 from typing import Dict, List, Optional
 
-from estimator_mnist import checkpoints
+from estimator_mnist.model_files import checkpoints
 from estimator_mnist.config import Config, TaskId
-from estimator_mnist.progress import fresh_rate, read_progress
+from estimator_mnist.model_files.progress import fresh_rate, read_progress
 
 RATE_WINDOW_SECS = 30.0  # global steps per second over this window give the time left
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Tuple
 
-from estimator_mnist import checkpoints
+from estimator_mnist.model_files import checkpoints
 from estimator_mnist.config import Config
 from estimator_mnist.model_files.layout import RUN_SUMMARY_FILE as SUMMARY_FILE
 from estimator_mnist.storage import write_json

@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from typing import List, Optional
 
-from estimator_mnist import checkpoints
+from estimator_mnist.model_files import checkpoints
 from estimator_mnist.config import Config, TaskId, timeouts
 from estimator_mnist.plan.hosts import port_in_use
-from estimator_mnist.preemption_mark import take_mark
+from estimator_mnist.model_files.preemption_mark import take_mark
 from estimator_mnist.supervise.restart_budget import Job, RestartBudget
 from estimator_mnist.supervise.launch.group import TaskGroup
 from estimator_mnist.supervise.launch.monitor import Monitor

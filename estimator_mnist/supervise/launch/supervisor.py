@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from typing import Dict, Iterable, List, Optional
 
-from estimator_mnist import checkpoints
+from estimator_mnist.model_files import checkpoints
 from estimator_mnist.config import Config, TaskId
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE
 from estimator_mnist.supervise.launch.group import TaskGroup

@@ -19,7 +19,8 @@ from estimator_mnist.tf_model.serve.batcher import Batcher, give_up
 from estimator_mnist.tf_model.serve.lifecycle import ERR_STOPPING, Lifecycle
 from estimator_mnist.tf_model.serve.metrics import Metrics
 from estimator_mnist.tf_model.serve.serving_errors import invalid, ServingError
-from estimator_mnist.tf_model.serve.versions import evaluation_of, Version, Versions
+from estimator_mnist.model_files.exports import evaluation_of
+from estimator_mnist.tf_model.serve.versions import Version, Versions
 
 DEADLINE_SECS = timeouts.SERVE_REQUEST_TIMEOUT_MS / 1000.0  # Serving's --rest_api_timeout_in_ms default
 MAX_INSTANCES = 10000  # a request may carry MNIST's whole test set, no more

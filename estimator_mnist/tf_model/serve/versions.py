@@ -14,14 +14,13 @@ Serving records it, and the served version stays.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-from estimator_mnist import checkpoints, storage
-from estimator_mnist.tf_model.predict import SAVED_MODEL_FILE, export_candidates
+from estimator_mnist import storage
+from estimator_mnist.model_files import exports
 
 POLL_SECS = 1.0  # Serving's --file_system_poll_wait_seconds default
 ENDED_KEPT = 4  # versions unloaded or failed whose END state GET /v1/models/NAME still lists (the newest ones)
@@ -36,21 +35,10 @@ def version_of(export_dir: str) -> int:
 def newest_export(model_path: str) -> Optional[Tuple[int, str]]:
     """(version, directory) of the newest finished export that `model_path` names, if any: the one listing of the
     model path that serve makes (the place to point at another storage layer)."""
-    candidates = export_candidates(model_path)
+    candidates = exports.candidates(model_path)
     return max(((version_of(d), d) for d in candidates), default=None)
 
 
-def evaluation_of(export_dir: str) -> dict:
-    """The global step and test accuracy of the evaluation that wrote this export (eval_results.jsonl of its
-    model_dir, <model_dir>/export/<name>/<version>), or {} if none is recorded (yet)."""
-    # A bucket's URL names one object prefix (Path and realpath would mangle it); a local path may be a link.
-    same = (lambda path: path == export_dir) if storage.is_bucket(export_dir) else \
-        (lambda path, wanted=os.path.realpath(export_dir): os.path.realpath(path) == wanted)
-    model_dir = storage.parent(storage.parent(storage.parent(export_dir.rstrip("/"))))
-    for record in reversed(checkpoints.read_eval_results(model_dir)):
-        if record.get("export") and same(record["export"]):
-            return {"global_step": record.get("global_step"), "accuracy": record.get("accuracy")}
-    return {}
 
 
 @dataclass
@@ -103,7 +91,7 @@ class Versions:
     @property
     def fixed(self) -> bool:
         """An export directory itself: there is nothing newer to poll for."""
-        return storage.isfile(storage.join(self._path, SAVED_MODEL_FILE))
+        return exports.is_export(self._path)
 
     def poll(self) -> None:
         """Loads the newest export if it is newer than the served one and has not failed to load before."""

@@ -19,25 +19,24 @@ import time
 from typing import Optional
 
 from estimator_mnist import storage
-from estimator_mnist.checkpoints import read_strict
-
-MARK_FILE = "preempted.json"
+from estimator_mnist.model_files.checkpoints import read_strict
+from estimator_mnist.model_files.layout import mark_file
 
 
 def write_mark(model_dir: str, step: int, task: str, clock=time.time) -> str:
-    path = storage.join(model_dir, MARK_FILE)
+    path = mark_file(model_dir)
     storage.write_atomic(path, json.dumps({"step": step, "task": task, "time": clock()}))
     return path
 
 
 def has_mark(model_dir: str) -> bool:
-    return storage.exists(storage.join(model_dir, MARK_FILE))
+    return storage.exists(mark_file(model_dir))
 
 
 def take_mark(model_dir: str, checkpoint_step: Optional[int]) -> Optional[dict]:
     """The preemption the mark records, if it is the newest checkpoint's; the mark is removed either way.
     A mark the storage refuses or fails to serve raises the layer's one line (PermanentFailure, RetryableFailure)."""
-    path = storage.join(model_dir, MARK_FILE)
+    path = mark_file(model_dir)
     text = read_strict(path)
     if text is None:
         return None

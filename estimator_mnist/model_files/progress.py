@@ -25,16 +25,14 @@ import time
 from typing import Dict, Optional
 
 from estimator_mnist import storage
+from estimator_mnist.model_files import layout
 
-PROGRESS_DIR = "progress"
 WRITE_EVERY_SECS = 2.0
 STEP_TIMES_EVERY = 10
 FRESH_SECS = 10.0  # a record's rate says how fast its task runs while it is this recent
 
 
-def progress_path(records_dir: str, task) -> str:
-    """<records_dir>/progress/<type>-<index>.json of a TaskId."""
-    return storage.join(str(records_dir), PROGRESS_DIR, f"{task.type}-{task.index}.json")
+progress_path = layout.progress_file  # <records_dir>/progress/<type>-<index>.json of a TaskId
 
 
 class ProgressWriter:
@@ -97,7 +95,7 @@ def read_progress(records_dir: str) -> Dict[str, dict]:
     """Every task's latest record, keyed by task name ('worker:0'). A record that cannot be read now (removed
     between the listing and the read, a storage that failed this once) is skipped: the next look finds it."""
     records = {}
-    folder = storage.join(str(records_dir), PROGRESS_DIR)
+    folder = layout.progress_dir(records_dir)
     try:
         names = [name for name in storage.listdir(folder) if name.endswith(".json") and not name.startswith(".")]
     except OSError:

@@ -18,13 +18,13 @@ from __future__ import annotations
 from typing import Mapping, Optional
 
 from estimator_mnist import storage
+from estimator_mnist.model_files import layout
 
-RECORDS_DIR = "slurm"
 ATTEMPT_ENV = "ESTIMATOR_MNIST_SLURM_ATTEMPT"  # the batch script's run of its step: "<requeues>.<reruns>"
 
 
-def record_path(model_dir: str, job_id: str, kind: str, rank: int) -> str:
-    return storage.join(model_dir, RECORDS_DIR, str(job_id), f"{kind}-rank-{rank}.json")
+record_path = layout.slurm_record_file
+job_dir = layout.slurm_job_dir
 
 
 def publish(model_dir: str, job_id: str, kind: str, rank: int, record: dict) -> str:

@@ -13,19 +13,16 @@ the file named), a storage that fails to serve it is retried for the storage bou
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from typing import List, Optional
 
 from estimator_mnist import storage
 from estimator_mnist.errors import RetryableFailure
+from estimator_mnist.model_files import layout
 from estimator_mnist.storage.bounds import READ_RETRY_SECS
 from estimator_mnist.storage.errors import problem_text
 
-EVAL_RESULTS_FILE = "eval_results.jsonl"
-STATE_FILE = "checkpoint"
-INDEX_SUFFIX = ".index"
 # A file the storage failed to serve (EIO, ESTALE: an NFS client's stale handle) is asked again by the storage
 # layer itself for the storage bound (storage/local.py, gcs.py). A read that says "absent" while a stat finds
 # the file (replaced while read) is read again, READ_ATTEMPTS reads in all, READ_RETRY_SECS apart.
@@ -68,13 +65,8 @@ def read_strict(path: str, sleep=time.sleep) -> Optional[str]:
     raise RetryableFailure(ERR_READ_FAILED.format(path=path, attempts=READ_ATTEMPTS, problem=problem))
 
 
-def absolute(model_dir: str, path: str) -> str:
-    """A path the state file names, relative to model_dir or not (os.path would mangle a gs:// URL)."""
-    return path if storage.is_bucket(path) or os.path.isabs(path) else storage.join(model_dir, path)
-
-
 def _state_text(model_dir: str, strict: bool) -> Optional[str]:
-    path = storage.join(model_dir, STATE_FILE)
+    path = layout.state_file(model_dir)
     if strict:
         return read_strict(path)
     try:
@@ -90,9 +82,9 @@ def latest_checkpoint(model_dir: str, strict: bool = False) -> Optional[str]:
     match = _LATEST.search(text) if text else None
     if not match:
         return None
-    path = absolute(model_dir, match["path"])
+    path = layout.in_model_dir(model_dir, match["path"])
     try:
-        return path if storage.exists(path + INDEX_SUFFIX) else None
+        return path if storage.exists(path + layout.INDEX_SUFFIX) else None
     except OSError:
         if strict:
             raise
@@ -113,15 +105,13 @@ def step_of(checkpoint_path: Optional[str]) -> Optional[int]:
     return int(match.group(1)) if match else None
 
 
-def exports_in(export_base: str) -> List[str]:
-    """The finished SavedModels under an export base directory, oldest first.
+def has_state(model_dir: str) -> bool:
+    """Whether model_dir holds a checkpoint state file (a run that saved a checkpoint there)."""
+    return storage.isfile(layout.state_file(model_dir))
 
-    Only finished exports have a numeric name (a timestamp) and a saved_model.pb: export.py writes each under
-    a temporary name and renames it (on a bucket: moves saved_model.pb last), as TensorFlow Serving expects.
-    """
-    stamps = sorted(int(name) for name in storage.listdir(export_base)
-                    if name.isdigit() and storage.isfile(storage.join(export_base, name, "saved_model.pb")))
-    return [storage.join(export_base, str(stamp)) for stamp in stamps]
+
+def has_evaluations(model_dir: str) -> bool:
+    return storage.isfile(layout.eval_results_file(model_dir))
 
 
 def latest_step(model_dir: str, strict: bool = False) -> Optional[int]:
@@ -131,7 +121,7 @@ def latest_step(model_dir: str, strict: bool = False) -> Optional[int]:
 def read_eval_results(model_dir: str) -> List[dict]:
     """Every evaluation the evaluator recorded, oldest first; a line being written is skipped."""
     try:
-        text = storage.read_bytes(storage.join(model_dir, EVAL_RESULTS_FILE)).decode("utf-8", errors="replace")
+        text = storage.read_bytes(layout.eval_results_file(model_dir)).decode("utf-8", errors="replace")
     except OSError:
         return []
     results = []

@@ -20,13 +20,11 @@ import uuid
 from typing import Callable, Optional
 
 from estimator_mnist import storage
-from estimator_mnist.checkpoints import read_strict
+from estimator_mnist.model_files.checkpoints import read_strict
 from estimator_mnist.errors import PermanentFailure
+from estimator_mnist.model_files.layout import ASIDE, LAST_GOOD, budget_file
 from estimator_mnist.storage.errors import problem_text
 
-RECORD_FILE = "restart_budget.json"
-LAST_GOOD = ".last-good"
-ASIDE = ".unreadable-"
 MSG_KEPT_ASIDE = ("the restart budget's record {path} is unreadable ({problem}); its bytes are kept as {aside}; "
                   "the count goes on from its last good copy {good}")
 ERR_BOTH = ("the restart budget's record {path} is unreadable ({problem}) and so is its last good copy {good} "
@@ -126,4 +124,4 @@ def write_record(path: str, record: dict) -> None:
 
 
 def record_path(model_dir: Optional[str]) -> Optional[str]:
-    return storage.join(model_dir, RECORD_FILE) if model_dir else None
+    return budget_file(model_dir) if model_dir else None
