@@ -30,11 +30,11 @@ import subprocess
 import sys
 from typing import Callable, Mapping, Optional
 
-from estimator_mnist.checkpoints import latest_step
+from estimator_mnist.model_files.checkpoints import latest_step
 from estimator_mnist.config import timeouts
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, USAGE_EXIT_CODE, PermanentFailure, RetryableFailure, UsageError
-from estimator_mnist.plan import slurm_records
-from estimator_mnist.preemption_mark import take_mark
+from estimator_mnist.model_files import slurm_records
+from estimator_mnist.model_files.preemption_mark import take_mark
 from estimator_mnist.supervise.restart_budget import RestartBudget, budget_line, job_of
 from estimator_mnist.supervise.slurm_job_state import (CANCELLED, PREEMPTED_CANCEL, REQUEUE, RERUN, SLURM_REQUEUED,
                                                        SlurmFacts, job_fields, verdict)

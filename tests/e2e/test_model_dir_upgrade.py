@@ -28,9 +28,10 @@ import pytest
 
 from estimator_mnist import storage
 from estimator_mnist.model_files import layout
-from estimator_mnist.checkpoints import latest_step, read_eval_results
-from estimator_mnist.progress import read_progress
-from estimator_mnist.tf_model.predict import export_candidates, find_export
+from estimator_mnist.model_files.checkpoints import latest_step, read_eval_results
+from estimator_mnist.model_files.progress import read_progress
+from estimator_mnist.model_files.exports import candidates
+from estimator_mnist.tf_model.predict import find_export
 from tests.helpers import REPO, free_ports
 
 OLD = "a0a80d8"
@@ -137,5 +138,5 @@ def test_a_model_dir_written_by_the_previous_version_resumes(where, old_package,
     assert not storage.exists(layout.mark_file(model_dir))  # taken
     steps = [r["global_step"] for r in read_eval_results(model_dir)]
     assert FIRST in steps and steps[-1] == STEPS, steps  # the old version's evaluations, then this one's
-    assert old_export in export_candidates(model_dir) and find_export(model_dir) > old_export
+    assert old_export in candidates(model_dir) and find_export(model_dir) > old_export
     assert _names(model_dir) == written_by_old - {layout.MARK_FILE}, (written_by_old, _names(model_dir))

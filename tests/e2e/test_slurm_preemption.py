@@ -14,8 +14,8 @@ from datetime import datetime
 
 import pytest
 
-from estimator_mnist.checkpoints import latest_step, read_eval_results
-from estimator_mnist.supervise.restart_budget import RECORD_FILE
+from estimator_mnist.model_files.checkpoints import latest_step, read_eval_results
+from estimator_mnist.model_files.layout import BUDGET_FILE
 from tests.e2e.slurm_cluster import CRED_EXPIRE_SECS, SLURMD_TIMEOUT_SECS
 from tests.e2e.slurm_events import fail_node, preempt, restore_node, set_preempt_mode
 from tests.e2e.test_slurm import GRACE_SECS, JOB_YAML, WAIT_SECS, finished, job_output, wait_for, wait_for_training
@@ -75,7 +75,7 @@ def test_a_preempted_job_vacates_its_node_at_once_requeues_once_and_completes(sl
     wait_for(lambda: finished(slurm, job_id), WAIT_SECS + CRED_EXPIRE_SECS, "the requeued job's end", details)
     output, state = job_output(slurm, tmp_path, whole=True), slurm.job(job_id)
     assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", (state, output[-8000:])
-    record = json.loads((tmp_path / "model" / RECORD_FILE).read_text())
+    record = json.loads((tmp_path / "model" / BUDGET_FILE).read_text())
     assert len(record["preemptions"]) == 1 and record["incidents"] == [], (record, output[-8000:])  # none: suspended
     stop = record["preemptions"][0]["step"]
     assert f"Restoring parameters from {tmp_path / 'model'}/model.ckpt-{stop}" in output, output[-8000:]

@@ -216,7 +216,7 @@ def test_a_preemption_requeues_in_requeue_mode_and_ends_the_job_in_cancel_mode(f
     lines = [line for line in out.splitlines() if line.startswith("estimator-mnist:")]
     assert steps_run(fake) == 1, out  # never another step once preempted
     assert not [line for line in lines if "error" in line or "resubmit" in line], out
-    record = json.loads((fake[0] / "model" / RECORD_FILE).read_text()) if grace else None
+    record = json.loads((fake[0] / "model" / BUDGET_FILE).read_text()) if grace else None
     if grace:  # the stop booked: a preemption, never an incident
         assert len(record["preemptions"]) == 1 and record["incidents"] == [], record
     if mode == "REQUEUE":

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from estimator_mnist.plan import slurm_records
+from estimator_mnist.model_files import slurm_records
 from estimator_mnist.supervise.slurm_task_end import END_KIND, failed_by_itself
 from tests.helpers import REPO
 

@@ -244,7 +244,7 @@ def test_a_checkpoint_whose_stat_fails_is_never_gone_and_the_state_is_kept(model
     assert f"{paths[-1]}.index: the storage failed to serve it" in str(error.value)
     with open(state, "rb") as handle:
         assert handle.read() == before
-    assert not os.path.exists(os.path.join(model_dir, checkpoint_repair.DAMAGED_DIR))
+    assert not os.path.exists(os.path.join(model_dir, layout.DAMAGED_DIR))
 
 
 def test_a_file_system_without_flock_checks_with_one_warning(model_dir, monkeypatch):

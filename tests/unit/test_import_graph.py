@@ -11,8 +11,7 @@ SUPERVISE = "estimator_mnist.supervise"
 # The layers, lowest first (docs/development.md, "Layout"): a module imports only from its own layer and below.
 LAYERS = (
     ("shared by every layer", ("estimator_mnist", "estimator_mnist.errors", "estimator_mnist.model_files",
-                               "estimator_mnist.tasklog", "estimator_mnist.startup_noise",
-                               "estimator_mnist.storage",
+                               "estimator_mnist.tasklog", "estimator_mnist.startup_noise", "estimator_mnist.storage",
                                "estimator_mnist.frozen_time")),
     ("the config", ("estimator_mnist.config", "estimator_mnist.serve_settings")),  # serve's frozen settings
     # A sweep's plan and records are data the ensemble reads; its trials and scheduler run processes (below).
