@@ -16,6 +16,7 @@ from estimator_mnist.storage.errors import ERR_NO_BUCKET, StorageDenied, Storage
 class MemoryBucketStore:
     name = "memory"
     atomic_move = False
+    flock = False
 
     def __init__(self):
         self.objects: Dict[str, Tuple[bytes, int]] = {}  # url -> (bytes, generation)

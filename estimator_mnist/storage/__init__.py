@@ -60,8 +60,7 @@ def check_bucket(path) -> None:
     this process has credentials for it, else one line: StorageUsageError (exit 2) for no bucket or no usable
     credentials, StorageDenied (exit 1) naming the URL when access is refused. It reaches the server that
     TensorFlow's gs:// file system and the rest of the layer reach (STORAGE_EMULATOR_HOST included)."""
-    if is_bucket(str(path)):
-        store_for(path).check_bucket(str(path))
+    store_for(path).check_bucket(str(path))  # the scheme resolved once: by store_for
 
 
 def read_bytes(path) -> bytes:

@@ -69,27 +69,6 @@ def client(path: str = "gs://"):
         return made
 
 
-def check_bucket(url: str) -> None:
-    """Preflight, before any task starts: the bucket of `url` exists and this process has credentials that may
-    list it. It lists at most one object under the URL's prefix rather than reading the bucket's metadata
-    (storage.buckets.get), which roles/storage.objectAdmin, enough for everything else, does not grant.
-    No bucket, no credentials or credentials the token endpoint refuses (not retryable): StorageUsageError (exit
-    2); access refused: StorageDenied naming the URL (exit 1); a storage, or a token endpoint, that fails to
-    serve past the retries: StorageUnavailable (exit 200)."""
-    _, exceptions, _, _ = _import_storage()
-    bucket, name = split(url)
-    try:
-        with mapped(url):
-            try:
-                pages = client(url).list_blobs(bucket, prefix=f"{name}/" if name else "", max_results=1,
-                                               timeout=REQUEST_SECS, retry=_retry())
-                any(True for _ in pages)
-            except exceptions.NotFound:
-                raise StorageUsageError(ERR_NO_BUCKET.format(path=url, bucket=bucket)) from None
-    except CredentialsRefused as exc:  # a key revoked, a Workload Identity binding missing: bad input, exit 2
-        raise StorageUsageError(str(exc)) from None
-
-
 def check_token(path: str) -> None:
     """Gets an access token with this process's credentials, as TensorFlow's own client gets one for itself:
     returns once one is had (a retryable failure asked again within the storage bound). A token endpoint that
@@ -164,6 +143,7 @@ class GcsStore:
 
     name = "gcs"
     atomic_move = False  # a rename is a copy then a delete, object by object
+    flock = False  # objects take no flock(2): the lease is the only lock on a bucket
 
     @staticmethod
     def _blob(path: str):
@@ -174,7 +154,24 @@ class GcsStore:
         return self.read_versioned(path, missing_ok=False)[0]
 
     def check_bucket(self, path: str) -> None:
-        check_bucket(path)
+        """Preflight, before any task starts: the bucket of `path` exists and this process has credentials that may
+        list it. It lists at most one object under the URL's prefix rather than reading the bucket's metadata
+        (storage.buckets.get), which roles/storage.objectAdmin, enough for everything else, does not grant.
+        No bucket, no credentials or credentials the token endpoint refuses (not retryable): StorageUsageError (exit
+        2); access refused: StorageDenied naming the URL (exit 1); a storage, or a token endpoint, that fails to
+        serve past the retries: StorageUnavailable (exit 200)."""
+        _, exceptions, _, _ = _import_storage()
+        bucket, name = split(path)
+        try:
+            with mapped(path):
+                try:
+                    pages = client(path).list_blobs(bucket, prefix=f"{name}/" if name else "", max_results=1,
+                                                   timeout=REQUEST_SECS, retry=_retry())
+                    any(True for _ in pages)
+                except exceptions.NotFound:
+                    raise StorageUsageError(ERR_NO_BUCKET.format(path=path, bucket=bucket)) from None
+        except CredentialsRefused as exc:  # a key revoked, a Workload Identity binding missing: bad input, exit 2
+            raise StorageUsageError(str(exc)) from None
 
     def write_atomic(self, path: str, data: bytes, durable: bool = False) -> None:
         del durable  # an object is durable once the upload is answered

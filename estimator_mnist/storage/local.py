@@ -72,6 +72,10 @@ class LocalStore:
 
     name = "local"
     atomic_move = True  # rename(2) within one file system
+    flock = True  # where the mount grants it (storage/lock.py)
+
+    def check_bucket(self, path: str) -> None:
+        """Nothing to check before any task starts: a local path has no bucket and no credentials."""
 
     def read_bytes(self, path: str) -> bytes:
         def read() -> bytes:
@@ -87,7 +91,7 @@ class LocalStore:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         # Not mkstemp: its mode is 0600 whatever the umask, and the file must have the mode every other file of
         # the run has (the plan's umask). The name is unique per call, not per process: two threads of one
-        # process may write one file at once (tests/unit/test_files.py).
+        # process may write one file at once (tests/unit/test_storage_local.py).
         tmp = _temporary(path)
         try:
             with open(tmp, "xb") as stream:

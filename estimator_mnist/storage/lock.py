@@ -145,12 +145,12 @@ def exclusive(path, log: Callable[[str], None], blocking: bool = True, flock=Non
               lease_factory=None, scheme_dir: Optional[str] = None) -> Iterator[bool]:
     """Holds the lock named `path` for the `with` block: yields True, or False when `blocking` is off and a live
     holder has it. `scheme_dir`: the directory whose record decides the scheme (the lock's own by default; a
-    sweep's trials follow the sweep directory's). Storage errors are raised as what they are (errors.py); a mount that refuses the directory's
-    recorded scheme, as a PermanentFailure naming it; a write under a lease its holder may have lost, as
+    sweep's trials follow the sweep directory's). Storage errors are raised as what they are (errors.py); a mount
+    that refuses the directory's recorded scheme, as a PermanentFailure naming it; a write under a lease its holder may have lost, as
     LeaseLost (lease.py)."""
     path = str(path)
     lease_factory = lease_factory or (lambda where: Lease(where, log))
-    if storage.is_bucket(path):
+    if not storage.store_for(path).flock:  # a bucket: the lease is its only scheme, nothing recorded
         with _leased(path + LEASE_SUFFIX, blocking, lease_factory) as taken:
             yield taken
         return

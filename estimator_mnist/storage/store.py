@@ -21,6 +21,13 @@ class Store(Protocol):
     # one POSIX file system, false on a bucket (copy then delete, object by object), as TensorFlow's
     # file_io.has_atomic_move answers. export.publish asks it instead of guessing from the path's scheme.
     atomic_move: bool
+    # Its files take flock(2) (where the mount grants it; else the lease, storage/lock.py): a disk's do, a
+    # bucket's objects do not, and the lease is the only lock there.
+    flock: bool
+
+    def check_bucket(self, path: str) -> None:
+        """The preflight before any task starts: the bucket exists and the credentials reach it (nothing on a
+        disk); one line otherwise (errors.py)."""
 
     def read_bytes(self, path: str) -> bytes:
         """The whole file; FileNotFoundError when it is absent."""
