@@ -1,6 +1,7 @@
 """`serve`'s bad input, each one line and exit 2 before TensorFlow would load an export: the flags, the model
 path, the port; and the one warning for an address other than loopback."""
 
+import errno
 import os
 import re
 import socket
@@ -9,6 +10,7 @@ import pytest
 
 from estimator_mnist import cli
 from estimator_mnist.errors import UsageError
+from estimator_mnist.storage import local
 from estimator_mnist.tf_model.serve import server
 from tests.helpers import error_pattern
 
@@ -44,7 +46,11 @@ def test_a_missing_model_path_is_one_line_and_exit_2(tmp_path, capsys):
 
 def test_an_unreadable_model_path_is_named(tmp_path, monkeypatch):
     (tmp_path / "model").mkdir(mode=0)
-    monkeypatch.setattr(server.os, "access", lambda path, mode: False)  # as for a user who may not read it (root may)
+
+    def refused(path):  # as for a user who may not read it (root may): the storage layer's listing is refused
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+
+    monkeypatch.setattr(local.os, "listdir", refused)
     with pytest.raises(UsageError, match="model: cannot be read \\(permission denied\\)"):
         server.check_model_path(str(tmp_path / "model"))
 

@@ -24,6 +24,7 @@ import time
 from estimator_mnist.config import timeouts
 from estimator_mnist import storage
 from estimator_mnist.errors import UsageError
+from estimator_mnist.storage.errors import StorageUnavailable
 from estimator_mnist.storage.urls import check_url
 from estimator_mnist.plan.hosts import LOOPBACK_HOSTS
 from estimator_mnist.serve_settings import ServeSettings
@@ -41,17 +42,20 @@ WARN_EXPOSED = ("estimator-mnist: warning: serving on {host}:{port}, not on loop
 
 
 def check_model_path(path: str) -> None:
-    """One line (exit 2) for a model path serve cannot read; a bucket's (gs://) existence and credentials are
-    checked (storage.check_bucket), its exports are looked for as serve polls them."""
+    """One line (exit 2) for a model path serve cannot read, asked of the storage layer: a bucket's (gs://)
+    existence and credentials (storage.check_bucket; its exports are looked for as serve polls them), a local
+    directory's presence and listing. A storage that fails to serve past its bound stays exit 200."""
     if check_url(path, "serve", "--model"):  # another scheme (s3://...): refused, naming gs://
         storage.check_bucket(path)
         return
-    if not os.path.isdir(path):
-        raise UsageError(ERR_NO_MODEL.format(path=path))
-    if not os.access(path, os.R_OK | os.X_OK):
-        raise UsageError(ERR_UNREADABLE.format(path=path, reason="permission denied"))
     try:
-        os.listdir(path)
+        if not storage.isdir(path):
+            raise UsageError(ERR_NO_MODEL.format(path=path))
+        storage.listdir(path)
+    except PermissionError:
+        raise UsageError(ERR_UNREADABLE.format(path=path, reason="permission denied")) from None
+    except StorageUnavailable:
+        raise
     except OSError as exc:
         raise UsageError(ERR_UNREADABLE.format(path=path, reason=exc.strerror or exc)) from None
 
