@@ -29,8 +29,6 @@ POLICY = {
     "estimator_mnist.tf_model.predict": "predict --model validated: another scheme refused naming gs://",
     "estimator_mnist.tf_model.serve.server": "serve --model validated: another scheme refused naming gs://",
 }
-# Modules not yet moved onto model_files (issue 62's migration): each leaves this list as it is.
-PENDING = {"estimator_mnist.tf_model.export"}
 
 
 def _names(module) -> set:
@@ -89,7 +87,7 @@ def scheme_questions(tree):
 def test_no_module_but_model_files_knows_model_dir_s_layout():
     wrong = []
     for name, path in package_modules().items():
-        if within(name, OWNERS) or name in PENDING:
+        if within(name, OWNERS):
             continue
         names_too = name != SWEEP_OWNER  # the sweep's layout names its own files, and a trial's model/
         wrong += [f"{name}:{line} {what}" for line, what in layout_leaks(parsed(path), names_too)]
@@ -115,14 +113,14 @@ def names_defined(tree):
 
 def test_each_name_is_defined_once_in_its_layout():
     wrong = [f"{name}:{line} defines {value!r} again" for name, path in package_modules().items()
-             if not within(name, ("estimator_mnist.model_files",)) and name != SWEEP_OWNER and name not in PENDING
+             if not within(name, ("estimator_mnist.model_files",)) and name != SWEEP_OWNER
              for line, value in names_defined(parsed(path))]
     assert not wrong, "import it from model_files/layout.py or sweep/layout.py:\n" + "\n".join(wrong)
 
 
 def test_only_policy_asks_which_storage_a_path_is_on():
     wrong = [f"{name}:{line} calls {what}" for name, path in package_modules().items()
-             if not within(name, OWNERS) and name not in POLICY and name not in PENDING
+             if not within(name, OWNERS) and name not in POLICY
              for line, what in scheme_questions(parsed(path))]
     assert not wrong, "let the storage layer answer for both (or name the policy in POLICY):\n" + "\n".join(wrong)
 
@@ -130,7 +128,7 @@ def test_only_policy_asks_which_storage_a_path_is_on():
 def test_every_policy_module_still_asks():
     """A module that no longer asks leaves POLICY, so the list stays the policy there is."""
     modules = package_modules()
-    idle = [name for name in POLICY if name not in PENDING and not scheme_questions(parsed(modules[name]))]
+    idle = [name for name in POLICY if not scheme_questions(parsed(modules[name]))]
     assert not idle, idle
 
 
