@@ -25,7 +25,8 @@ from estimator_mnist.tf_task.data import VALIDATION_SPLIT, input_fn
 from estimator_mnist.tf_task.disk_full import disk_full_failure, is_disk_full
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, RETRYABLE_NOTE, RetryableFailure
 from estimator_mnist.tf_task.evaluator import exporter
-from estimator_mnist.tf_task.hooks import ProgressHook, ReadyHook, ThroughputSummaryHook, VariablePlacementHook, log
+from estimator_mnist.tf_task.hooks import (ProgressHook, ReadyHook, SaveTimesListener, ThroughputSummaryHook,
+                                           VariablePlacementHook, log)
 from estimator_mnist.tf_task.model import model_fn
 from estimator_mnist.plan.peers import cause_of, missing_peers, named_in, peers_of
 from estimator_mnist.tf_task.preemption import Preemption, PreemptionHook
@@ -116,13 +117,16 @@ def build_estimator(config: Config, plan: TaskPlan, strategy=None):
 
 
 def train_and_eval_specs(config: Config, make_dataset=None, hooks=()):
+    """The specs of train_and_evaluate; the task that saves checkpoints records each save's times (SaveTimesListener,
+    fed by the progress hook's writer, so that the save is in the same record as the steps)."""
     training = config.training
     held_out = config.data.validation_examples
     common = dict(data_dir=config.data_dir, batch_size_per_replica=training.batch_size_per_replica,
                   eval_batch_size=config.evaluation.batch_size, shuffle_buffer=training.shuffle_buffer,
                   seed=training.seed, make_dataset=make_dataset, validation_examples=held_out)
+    listeners = [SaveTimesListener(hook.writer) for hook in hooks if isinstance(hook, ProgressHook)]
     train_spec = tf.estimator.TrainSpec(input_fn=functools.partial(input_fn, tf.estimator.ModeKeys.TRAIN, **common),
-                                        max_steps=training.max_steps, hooks=list(hooks))
+                                        max_steps=training.max_steps, hooks=list(hooks), saving_listeners=listeners)
     # The validation split, scored by the exporter after each test evaluation (evaluator.py); none without one.
     validation_input_fn = functools.partial(input_fn, tf.estimator.ModeKeys.EVAL, eval_split=VALIDATION_SPLIT,
                                             **common) if held_out else None
