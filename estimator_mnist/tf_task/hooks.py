@@ -1,5 +1,4 @@
-"""The training hooks a trainer runs with: progress records (and the save times), images/s for TensorBoard, the ready
-signal, variable placement.
+"""The training hooks a trainer runs with: progress records, images/s for TensorBoard, the ready signal, variable placement.
 
 (The teardown watchdog is a TensorFlow work-around: tf_workarounds.py.)
 """
@@ -69,23 +68,6 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         """Writes the final record and logs the task's own step count (also when the teardown watchdog ends it)."""
         self._writer.finish(global_step)
         log(f"task {self._task} ran {self.local_steps} local steps; global_step {global_step}")
-
-
-class SaveTimesListener(tf.estimator.CheckpointSaverListener):
-    """Records each checkpoint save of the task that saves them (the chief) in its progress record: [step,
-    started, saved]. With eval_results.jsonl's `started` it splits the time to accuracy into training, the save,
-    the wait for the evaluator and the evaluation (benchmarks/time_to_accuracy.py)."""
-
-    def __init__(self, writer: ProgressWriter, clock=time.time):
-        self._writer, self._clock, self._started = writer, clock, None
-
-    def before_save(self, session, global_step_value):
-        self._started = self._clock()
-
-    def after_save(self, session, global_step_value):
-        if self._started is not None:
-            self._writer.saved(global_step_value, self._started, self._clock())
-        self._started = None
 
 
 class ReadyHook(tf.compat.v1.train.SessionRunHook):

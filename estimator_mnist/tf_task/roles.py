@@ -110,8 +110,7 @@ def run_trainer(config: Config, plan: TaskPlan, estimator, train_spec, eval_spec
     if plan.in_graph and not plan.evaluates_itself:
         # The evaluator process scores the checkpoints; evaluating here too
         # would pause training at every checkpoint.
-        estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps,
-                        saving_listeners=train_spec.saving_listeners)
+        estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
     else:
         tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
     finish_training(config, plan)

@@ -25,8 +25,8 @@ from estimator_mnist.tf_task.data import VALIDATION_SPLIT, input_fn
 from estimator_mnist.tf_task.disk_full import disk_full_failure, is_disk_full
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, RETRYABLE_NOTE, RetryableFailure
 from estimator_mnist.tf_task.evaluator import exporter
-from estimator_mnist.tf_task.hooks import (ProgressHook, ReadyHook, SaveTimesListener, ThroughputSummaryHook,
-                                           VariablePlacementHook, log)
+from estimator_mnist.tf_task.hooks import ProgressHook, ReadyHook, ThroughputSummaryHook, VariablePlacementHook, log
+from estimator_mnist.tf_task.save_times import listen_to_saves, save_times_listeners
 from estimator_mnist.tf_task.model import model_fn
 from estimator_mnist.plan.peers import cause_of, missing_peers, named_in, peers_of
 from estimator_mnist.tf_task.preemption import Preemption, PreemptionHook
@@ -89,9 +89,10 @@ def setup_log_line(config: Config, plan: TaskPlan, strategy, priority: str) -> s
             f"model_dir={config.model_dir} pid={os.getpid()}")
 
 
-def build_estimator(config: Config, plan: TaskPlan, strategy=None):
+def build_estimator(config: Config, plan: TaskPlan, strategy=None, hooks=()):
     """The task's Estimator: its RunConfig (model_dir, checkpoints, summaries, the session settings and `strategy`)
-    over model_fn. `plan` has its precision resolved already (TaskPlan.with_precision)."""
+    over model_fn. `plan` has its precision resolved already (TaskPlan.with_precision). The task that saves the
+    checkpoints records each save's times in its progress record, through the progress hook among `hooks`."""
     training = config.training
     lean_checkpoint_start()
     lean_events_graph()
@@ -113,20 +114,18 @@ def build_estimator(config: Config, plan: TaskPlan, strategy=None):
               "max_steps": training.max_steps, "sync_replicas": plan.sync_replicas, "precision": plan.precision,
               "eval_precision": plan.evaluation_precision,
               "gradient_compression": config.strategy.gradient_compression}
-    return tf.estimator.Estimator(model_fn=model_fn, config=run_config, params=params)
+    estimator = tf.estimator.Estimator(model_fn=model_fn, config=run_config, params=params)
+    return listen_to_saves(estimator, save_times_listeners(hooks))
 
 
 def train_and_eval_specs(config: Config, make_dataset=None, hooks=()):
-    """The specs of train_and_evaluate; the task that saves checkpoints records each save's times (SaveTimesListener,
-    fed by the progress hook's writer, so that the save is in the same record as the steps)."""
     training = config.training
     held_out = config.data.validation_examples
     common = dict(data_dir=config.data_dir, batch_size_per_replica=training.batch_size_per_replica,
                   eval_batch_size=config.evaluation.batch_size, shuffle_buffer=training.shuffle_buffer,
                   seed=training.seed, make_dataset=make_dataset, validation_examples=held_out)
-    listeners = [SaveTimesListener(hook.writer) for hook in hooks if isinstance(hook, ProgressHook)]
     train_spec = tf.estimator.TrainSpec(input_fn=functools.partial(input_fn, tf.estimator.ModeKeys.TRAIN, **common),
-                                        max_steps=training.max_steps, hooks=list(hooks), saving_listeners=listeners)
+                                        max_steps=training.max_steps, hooks=list(hooks))
     # The validation split, scored by the exporter after each test evaluation (evaluator.py); none without one.
     validation_input_fn = functools.partial(input_fn, tf.estimator.ModeKeys.EVAL, eval_split=VALIDATION_SPLIT,
                                             **common) if held_out else None
@@ -244,9 +243,9 @@ def run_task(spec: TaskSpec, priority: str = "unchanged", ready_fd=None) -> int:
     try:
         strategy = build_train_strategy(config, plan)
         log(setup_log_line(config, plan, strategy, priority))
-        estimator = build_estimator(config, plan, strategy)
-        train_spec, eval_spec = train_and_eval_specs(
-            config, hooks=training_hooks(config, plan, strategy, ready_fd, preemption) if task.is_trainer else [])
+        hooks = training_hooks(config, plan, strategy, ready_fd, preemption) if task.is_trainer else []
+        estimator = build_estimator(config, plan, strategy, hooks)
+        train_spec, eval_spec = train_and_eval_specs(config, hooks=hooks)
         # Everything imported and built so far lives as long as the process: the collector, paused since
         # before TensorFlow's import (tf_task/__main__.py), leaves it alone from now on and scans only what is new.
         gc.freeze()

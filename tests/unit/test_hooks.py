@@ -1,5 +1,6 @@
 """Training hooks: the progress record a real Estimator run writes, and the teardown watchdog."""
 
+import copy
 import json
 import re
 import threading
@@ -26,9 +27,9 @@ def test_a_training_run_writes_its_progress_record_and_images_per_sec_for_tensor
         "run_dir": str(tmp_path / "run"),
     }, "test")
     plan = planned(config, TaskId("chief", 0))
-    estimator = runner.build_estimator(config, plan)
     # Without the teardown watchdog: once the work is saved it would end this very process.
     hooks = [h for h in runner.training_hooks(config, plan) if not isinstance(h, TeardownWatchdogHook)]
+    estimator = runner.build_estimator(config, plan, hooks=hooks)
     assert len(hooks) == 3  # progress, throughput, and the step watchdog (multi_worker_mirrored by default)
     train_spec, _ = runner.train_and_eval_specs(config, make_dataset=lambda split: dataset_of(images, labels),
                                                 hooks=hooks)
@@ -36,8 +37,8 @@ def test_a_training_run_writes_its_progress_record_and_images_per_sec_for_tensor
     other = Path(progress_path(config.run_dir, TaskId("worker", 0)))
     other.parent.mkdir(parents=True)
     other.write_text(json.dumps({"task": "worker:0", "examples_per_sec": 123.0, "time": time.time() + 60}))
-    estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps,
-                    saving_listeners=train_spec.saving_listeners)  # as roles.run_trainer passes them
+    # A deep copy, as train_and_evaluate's distribute coordinator trains one under MultiWorkerMirrored.
+    copy.deepcopy(estimator).train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
     record = read_progress(config.run_dir)["chief:0"]
     # Each save's start and end (SaveTimesListener), between the steps around it, each checkpoint's files before
     # its end: the save time of benchmarks/time_to_accuracy.py.
