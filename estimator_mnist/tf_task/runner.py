@@ -26,7 +26,7 @@ from estimator_mnist.tf_task.disk_full import disk_full_failure, is_disk_full
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, RETRYABLE_NOTE, RetryableFailure
 from estimator_mnist.tf_task.evaluator import exporter
 from estimator_mnist.tf_task.hooks import ProgressHook, ReadyHook, ThroughputSummaryHook, VariablePlacementHook, log
-from estimator_mnist.tf_task.save_times import listen_to_saves, save_times_listeners
+from estimator_mnist.tf_task.save_times import save_times_listeners, saves_recorded
 from estimator_mnist.tf_task.model import model_fn
 from estimator_mnist.plan.peers import cause_of, missing_peers, named_in, peers_of
 from estimator_mnist.tf_task.preemption import Preemption, PreemptionHook
@@ -89,10 +89,9 @@ def setup_log_line(config: Config, plan: TaskPlan, strategy, priority: str) -> s
             f"model_dir={config.model_dir} pid={os.getpid()}")
 
 
-def build_estimator(config: Config, plan: TaskPlan, strategy=None, hooks=()):
+def build_estimator(config: Config, plan: TaskPlan, strategy=None):
     """The task's Estimator: its RunConfig (model_dir, checkpoints, summaries, the session settings and `strategy`)
-    over model_fn. `plan` has its precision resolved already (TaskPlan.with_precision). The task that saves the
-    checkpoints records each save's times in its progress record, through the progress hook among `hooks`."""
+    over model_fn. `plan` has its precision resolved already (TaskPlan.with_precision)."""
     training = config.training
     lean_checkpoint_start()
     lean_events_graph()
@@ -114,8 +113,7 @@ def build_estimator(config: Config, plan: TaskPlan, strategy=None, hooks=()):
               "max_steps": training.max_steps, "sync_replicas": plan.sync_replicas, "precision": plan.precision,
               "eval_precision": plan.evaluation_precision,
               "gradient_compression": config.strategy.gradient_compression}
-    estimator = tf.estimator.Estimator(model_fn=model_fn, config=run_config, params=params)
-    return listen_to_saves(estimator, save_times_listeners(hooks))
+    return tf.estimator.Estimator(model_fn=model_fn, config=run_config, params=params)
 
 
 def train_and_eval_specs(config: Config, make_dataset=None, hooks=()):
@@ -244,13 +242,14 @@ def run_task(spec: TaskSpec, priority: str = "unchanged", ready_fd=None) -> int:
         strategy = build_train_strategy(config, plan)
         log(setup_log_line(config, plan, strategy, priority))
         hooks = training_hooks(config, plan, strategy, ready_fd, preemption) if task.is_trainer else []
-        estimator = build_estimator(config, plan, strategy, hooks)
+        estimator = build_estimator(config, plan, strategy)
         train_spec, eval_spec = train_and_eval_specs(config, hooks=hooks)
         # Everything imported and built so far lives as long as the process: the collector, paused since
         # before TensorFlow's import (tf_task/__main__.py), leaves it alone from now on and scans only what is new.
         gc.freeze()
         gc.enable()
-        with without_autograph():
+        # The task that saves the checkpoints records each save's times in its progress record (save_times.py).
+        with without_autograph(), saves_recorded(save_times_listeners(hooks)):
             if task.is_evaluator:
                 run_evaluator(config, plan, estimator, eval_spec)
             elif task.type == "ps":
