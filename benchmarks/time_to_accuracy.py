@@ -55,6 +55,10 @@ def one_run(workdir: Path, seed: int, data_dir: Optional[str], overrides: List[s
     records = read_progress(records_dir) if records_dir else {}
     saves = [save for record in records.values() for save in record.get("saves", [])]
     evaluations = checkpoints.read_eval_results(str(model_dir))
+    if not saves or any(r.get("started") is None for r in evaluations):
+        raise SystemExit(f"the run of seed {seed} in {run.run_dir} recorded no save times (progress/chief-0.json's "
+                         "`saves`) or no evaluation starts (eval_results.jsonl's `started`): is this the code that "
+                         "writes them?")
     hit = facts["seconds_to_accuracy"][f"{THRESHOLD:g}"]
     first_step = min((r["first_step_time"] for r in records.values() if r.get("first_step_time")), default=None)
     return {"seed": seed, "step_992": hit and hit["step"], "seconds_992": hit and round(hit["seconds"], 2),
