@@ -4,7 +4,10 @@ Every evaluation goes to <model_dir>/eval_results.jsonl, the structured
 record the launcher, the benchmarks and users read (checkpoints.py):
 `accuracy` and `loss` are the test set's, and with a validation split
 (data.validation_examples, splits.py) `validation_accuracy` and
-`validation_loss` are that split's, for the same checkpoint. TensorBoard
+`validation_loss` are that split's, for the same checkpoint; `time` is when
+the test figures were in, and the evaluator task's records have `started`,
+when it began on the checkpoint (the chief's progress record has the save's
+times, save_times.py). TensorBoard
 shows the test figures as `accuracy` and `loss` and the validation figures
 as `validation_accuracy` and `validation_loss`, all under <model_dir>/eval.
 """
