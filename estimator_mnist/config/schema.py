@@ -115,7 +115,7 @@ class ModelConfig:
     lr_schedule: str = _opt("warmup_cosine", choices=LR_SCHEDULES,
                             doc="warmup_cosine: from a tenth of learning_rate up to it over warmup_steps, then down "
                                 "to 0 at training.max_steps; cosine: from learning_rate to a tenth of it")
-    warmup_steps: int = _opt(60, check=v.non_negative, kind=int, doc="used by lr_schedule: warmup_cosine")
+    warmup_steps: int = _opt(30, check=v.non_negative, kind=int, doc="used by lr_schedule: warmup_cosine")
     momentum: float = _opt(0.9, check=v.fraction, kind=float, doc="used by optimizer: momentum")
     adam_beta1: float = _opt(0.8, check=v.fraction, kind=float,
                              doc="used by optimizer: adam; decay of its gradient average")
@@ -145,7 +145,7 @@ class ModelConfig:
 class TrainingConfig:
     batch_size_per_replica: int = _opt(256, check=v.positive, kind=int)
     max_steps: int = _opt(300, check=v.positive, kind=int)
-    save_checkpoints_steps: int = _opt(150, check=v.positive, kind=int)
+    save_checkpoints_steps: int = _opt(120, check=v.positive, kind=int)
     keep_checkpoint_max: int = _opt(5, check=v.positive, kind=int)
     log_step_count_steps: int = _opt(100, check=v.positive, kind=int)
     shuffle_buffer: int = _opt(10000, check=v.positive, kind=int)
