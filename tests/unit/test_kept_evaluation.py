@@ -55,7 +55,9 @@ def test_the_graph_and_the_threads_stay_as_they_are_over_many_evaluations(tmp_pa
         for _ in range(20):
             kept.evaluate(path)
         assert kept._graph.finalized and len(kept._graph.get_operations()) == operations
-        assert len(os.listdir("/proc/self/task")) == threads
+        # A thread left per evaluation would add 20; the pools of TensorFlow and of the other tests sharing this
+        # pytest worker may start one or two on their own meanwhile.
+        assert len(os.listdir("/proc/self/task")) - threads <= 2
     finally:
         kept.close()
     assert os.path.isdir(os.path.join(config.model_dir, "eval_validation"))
