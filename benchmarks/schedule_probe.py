@@ -49,6 +49,8 @@ def parse_args(argv=None):
     parser.add_argument("--label-smoothing", type=float, default=ModelConfig().label_smoothing)
     parser.add_argument("--weight-average-decay", type=float, default=ModelConfig().weight_average_decay,
                         help="score a moving average of the weights, as the evaluator does; 0: the weights")
+    parser.add_argument("--weight-average-warmup", type=int, default=ModelConfig().weight_average_warmup,
+                        help="model.weight_average_warmup: the average's decay is min(decay, (n - 1) / (n + this))")
     parser.add_argument("--every", type=int, default=25, help="score the test set every N steps")
     parser.add_argument("--start", type=int, default=100, help="from this step on")
     parser.add_argument("--seed", type=int, default=0)
@@ -60,15 +62,15 @@ def parse_args(argv=None):
 class WeightAverage:
     """weight_average.py's moving average, kept beside a Keras network's weights and swapped in to be scored."""
 
-    def __init__(self, tf, weights, decay: float):
+    def __init__(self, tf, weights, decay: float, warmup: int):
         from estimator_mnist.tf_task.weight_average import warmed_up_decay  # pylint: disable=import-outside-toplevel
 
-        self._warmed_up_decay, self._weights, self.decay = warmed_up_decay, weights, decay
+        self._warmed_up_decay, self._weights, self.decay, self._warmup = warmed_up_decay, weights, decay, warmup
         self._averages = [tf.Variable(w, trainable=False) for w in weights]
         self._kept = [tf.Variable(w, trainable=False) for w in weights]
 
     def update(self, step):
-        kept = self._warmed_up_decay(self.decay, step)  # the trainer's own warm-up
+        kept = self._warmed_up_decay(self.decay, step, self._warmup)  # the trainer's own warm-up
         for average, weight in zip(self._averages, self._weights):
             average.assign_sub((1.0 - kept) * (average - weight))
 
@@ -103,7 +105,7 @@ def main(argv=None) -> int:
     network = build_network("classic_cnn", "float32", args.dropout, args.normalise_inputs == "on")
     network.build((None, 28, 28, 1))
     weights = network.trainable_variables
-    average = WeightAverage(tf, weights, args.weight_average_decay)
+    average = WeightAverage(tf, weights, args.weight_average_decay, args.weight_average_warmup)
     schedule = ModelConfig(learning_rate=args.lr, lr_schedule="warmup_cosine", warmup_steps=args.warmup)
 
     class WarmupCosine(tf.keras.optimizers.schedules.LearningRateSchedule):

@@ -115,7 +115,7 @@ class ModelConfig:
     lr_schedule: str = _opt("warmup_cosine", choices=LR_SCHEDULES,
                             doc="warmup_cosine: from a tenth of learning_rate up to it over warmup_steps, then down "
                                 "to 0 at training.max_steps; cosine: from learning_rate to a tenth of it")
-    warmup_steps: int = _opt(60, check=v.non_negative, kind=int, doc="used by lr_schedule: warmup_cosine")
+    warmup_steps: int = _opt(30, check=v.non_negative, kind=int, doc="used by lr_schedule: warmup_cosine")
     momentum: float = _opt(0.9, check=v.fraction, kind=float, doc="used by optimizer: momentum")
     adam_beta1: float = _opt(0.8, check=v.fraction, kind=float,
                              doc="used by optimizer: adam; decay of its gradient average")
@@ -131,6 +131,10 @@ class ModelConfig:
     weight_average_decay: float = _opt(0.99, check=v.fraction, kind=float, doc="the evaluator scores, and the "
                                        "export holds, a moving average of the weights with this decay (its horizon "
                                        "grows to 1/(1-decay) steps over the first hundreds); 0: the weights themselves")
+    weight_average_warmup: int = _opt(8, check=v.non_negative, kind=int,
+                                      doc="the average's decay at step n is min(weight_average_decay, (n - 1) / "
+                                          "(n + this)): 8 is tf.train.ExponentialMovingAverage's warm-up; lower "
+                                          "lengthens the average's horizon sooner")
     precision: str = _opt("auto", choices=PRECISIONS,
                           doc="training compute type; variables stay float32. auto: mixed_float16 on GPUs of compute "
                               "capability 7.0+, mixed_bfloat16 on CPUs with bfloat16 instructions (AMX or "
@@ -141,7 +145,7 @@ class ModelConfig:
 class TrainingConfig:
     batch_size_per_replica: int = _opt(256, check=v.positive, kind=int)
     max_steps: int = _opt(300, check=v.positive, kind=int)
-    save_checkpoints_steps: int = _opt(150, check=v.positive, kind=int)
+    save_checkpoints_steps: int = _opt(120, check=v.positive, kind=int)
     keep_checkpoint_max: int = _opt(5, check=v.positive, kind=int)
     log_step_count_steps: int = _opt(100, check=v.positive, kind=int)
     shuffle_buffer: int = _opt(10000, check=v.positive, kind=int)
@@ -174,7 +178,9 @@ class DataConfig:
 @dataclass(frozen=True)
 class EvaluationConfig:
     throttle_secs: int = _opt(5, check=v.non_negative, kind=int)
-    start_delay_secs: int = _opt(5, check=v.non_negative, kind=int)
+    start_delay_secs: int = _opt(0, check=v.non_negative, kind=int,
+                                 doc="no evaluation before this many seconds after the evaluator's start; 0: each "
+                                     "checkpoint is scored as soon as it is noticed")
     batch_size: int = _opt(1000, check=v.positive, kind=int)
     export: str = _opt("latest", choices=EXPORTERS,
                        doc="latest: export every evaluated checkpoint; best: only when the loss improves, on "

@@ -11,7 +11,8 @@ training, and at the end:
 
 `time` is the wall-clock time of the newest step; `examples_per_sec` is this
 task's rate since its previous record, `examples_per_step` its images per
-local step; `step_times` holds the first step, every STEP_TIMES_EVERY-th and the newest, for throughput and start-up
+local step; `saves` (the chief's) each checkpoint's save as [step, started, saved], wall-clock times
+(tf_task/hooks.py's SaveTimesListener; the benchmarks join them to eval_results.jsonl's `started`); `step_times` holds the first step, every STEP_TIMES_EVERY-th and the newest, for throughput and start-up
 figures; `cpus` the cores the task may run on (its CPU affinity); `precision` what model.precision resolved to. Records belong to one process (`pid`, and `parent_pid`: `train`
 runs TensorFlow in a child of the process that was started): after a
 restart the new process overwrites them. No TensorFlow, so stand-in tasks and the Keras
@@ -29,6 +30,7 @@ from estimator_mnist.model_files import layout
 
 WRITE_EVERY_SECS = 2.0
 STEP_TIMES_EVERY = 10
+MAX_SAVES = 100  # a long run's record stays small
 FRESH_SECS = 10.0  # a record's rate says how fast its task runs while it is this recent
 
 
@@ -68,6 +70,14 @@ class ProgressWriter:
             times.append([local, now])
         if self._written_at is None or now - self._written_at[1] >= WRITE_EVERY_SECS:
             self.write()
+
+    def saved(self, step: int, started: float, saved: float) -> None:
+        """After each checkpoint this task saved: [step, started, saved] into `saves`, written at once (the
+        evaluator may score the checkpoint before the next step's record). The newest MAX_SAVES are kept."""
+        saves = self._record.setdefault("saves", [])
+        saves.append([int(step), round(started, 3), round(saved, 3)])
+        del saves[:-MAX_SAVES]
+        self.write(done=self._record["done"])
 
     def note(self, **fields) -> None:
         """Adds fields to the record (e.g. preempted_at), written with the next write."""

@@ -4,7 +4,10 @@ Every evaluation goes to <model_dir>/eval_results.jsonl, the structured
 record the launcher, the benchmarks and users read (model_files/checkpoints.py):
 `accuracy` and `loss` are the test set's, and with a validation split
 (data.validation_examples, splits.py) `validation_accuracy` and
-`validation_loss` are that split's, for the same checkpoint. TensorBoard
+`validation_loss` are that split's, for the same checkpoint; `time` is when
+the test figures were in, and the evaluator task's records have `started`,
+when it began on the checkpoint (the chief's progress record has the save's
+times, save_times.py). TensorBoard
 shows the test figures as `accuracy` and `loss` and the validation figures
 as `validation_accuracy` and `validation_loss`, all under <model_dir>/eval.
 """
@@ -17,13 +20,16 @@ import time
 import tensorflow as tf
 
 from estimator_mnist import storage
-from estimator_mnist.model_files import checkpoints
-from estimator_mnist.model_files import layout
+from estimator_mnist.model_files import checkpoints, layout
 from estimator_mnist.config import Config
 from estimator_mnist.tf_model.export import export_checkpoint, keep_newest
 from estimator_mnist.tf_task.hooks import log
+from estimator_mnist.tf_task.kept_evaluation import KeptEvaluation
 
-EVAL_POLL_SECS = 0.5
+# A checkpoint is noticed within this: TensorFlow's writes from other nodes or to a bucket give no inotify event,
+# and a read of the small state file costs far less than a training step (docs/performance.md).
+EVAL_POLL_SECS = 0.1
+STARTED_KEY = "started"  # when the evaluation of a checkpoint began (evaluate_checkpoints), in eval_results.jsonl
 VALIDATION_EVAL_NAME = "validation"  # Estimator also writes this evaluation's own events to <model_dir>/eval_validation
 MSG_BEST_BY_TEST = ("evaluation.export: best picks the checkpoint with the lowest TEST loss: there is no validation "
                     "split (data.validation_examples is 0), so the exported model's test figures are optimistic")
@@ -57,10 +63,12 @@ class SavedModelExporter(tf.estimator.Exporter):
     """
 
     def __init__(self, name: str, model_config, results_path: str, exports_to_keep: int, best_only: bool,
-                 export_fn=export_checkpoint, validation_input_fn=None):
+                 export_fn=export_checkpoint, validation_input_fn=None, scorer=KeptEvaluation):
         self._name, self._model_config, self._results_path = name, model_config, results_path
         self._exports_to_keep, self._best_only, self._export_fn = exports_to_keep, best_only, export_fn
         self._validation_input_fn = validation_input_fn
+        # The validation split's scorer, built at its first use and kept: scorer(estimator, input_fn, name).
+        self._scorer, self._validation_scorer = scorer, None
         self._loss_key = "validation_loss" if validation_input_fn is not None else "loss"
         self._said_test = False
 
@@ -76,12 +84,17 @@ class SavedModelExporter(tf.estimator.Exporter):
                     if r.get("export") and r.get(self._loss_key) is not None]
         return not exported or loss < min(exported)
 
+    def prepare(self, estimator) -> None:
+        """Builds the validation split's scorer now (the evaluator task, before the first checkpoint is saved)."""
+        if self._validation_input_fn is not None and self._validation_scorer is None:
+            self._validation_scorer = self._scorer(estimator, self._validation_input_fn, VALIDATION_EVAL_NAME)
+
     def _validation(self, estimator, checkpoint_path: str, step: int) -> dict:
         """The validation split's figures for the checkpoint the test set was just scored on ({} without a split)."""
         if self._validation_input_fn is None:
             return {}
-        result = estimator.evaluate(self._validation_input_fn, steps=None, checkpoint_path=checkpoint_path,
-                                    name=VALIDATION_EVAL_NAME)
+        self.prepare(estimator)
+        result = self._validation_scorer.evaluate(checkpoint_path)
         figures = {"validation_accuracy": round(float(result["accuracy"]), 6),
                    "validation_loss": float(result["loss"])}
         write_validation_summary(estimator.eval_dir(), step, figures)
@@ -109,6 +122,8 @@ class SavedModelExporter(tf.estimator.Exporter):
             "final": bool(is_the_final_export),
             "time": evaluated_at,
         }
+        if eval_result.get(STARTED_KEY) is not None:  # the evaluator task's; the one-process job leaves it out
+            record[STARTED_KEY] = round(float(eval_result[STARTED_KEY]), 3)
         # One whole line at the end (O_APPEND on a disk; a generation-matched rewrite on a bucket), whatever
         # else appends: the storage layer's.
         storage.append_line(self._results_path, json.dumps(record))
@@ -129,7 +144,7 @@ def exporter(config: Config, validation_input_fn=None) -> tf.estimator.Exporter:
 
 
 def evaluate_checkpoints(estimator: tf.estimator.Estimator, eval_spec: tf.estimator.EvalSpec, max_steps: int,
-                         poll_secs: float = EVAL_POLL_SECS) -> dict:
+                         poll_secs: float = EVAL_POLL_SECS, scorer=KeptEvaluation) -> dict:
     """The evaluator task: scores and exports new checkpoints until the final one (step >= max_steps).
 
     Estimator's own evaluator loop sleeps a whole throttle_secs after each
@@ -137,21 +152,33 @@ def evaluate_checkpoints(estimator: tf.estimator.Estimator, eval_spec: tf.estima
     of a 2-minute run was seen), and then it sleeps once more before it
     notices that training is over. Here throttle_secs only spaces out the
     intermediate evaluations: the final checkpoint is scored as soon as it is
-    on disk, and the task returns right after its export.
+    on disk, and the task returns right after its export. The evaluation graph
+    and session are built before the first checkpoint and kept (kept_evaluation.py);
+    start_delay_secs delays only evaluations, counted from the task's start, so a
+    checkpoint saved later is scored as soon as it is noticed.
     """
-    time.sleep(eval_spec.start_delay_secs)
+    started = time.time()
+    kept = scorer(estimator, eval_spec.input_fn, None, eval_spec.hooks)
+    for export in eval_spec.exporters:
+        if isinstance(export, SavedModelExporter):
+            export.prepare(estimator)
     evaluated, last_start = None, float("-inf")
-    while True:
-        path = checkpoints.latest_checkpoint(estimator.model_dir)
-        step = checkpoints.step_of(path)
-        final = step is not None and step >= max_steps
-        if path and path != evaluated and (final or time.time() - last_start >= eval_spec.throttle_secs):
-            last_start = time.time()
-            result = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps, checkpoint_path=path,
-                                        hooks=eval_spec.hooks)
-            for export in eval_spec.exporters:
-                export.export(estimator, layout.export_base(estimator.model_dir, export.name), path, result, final)
-            evaluated = path
-            if final:
-                return result
-        time.sleep(poll_secs)
+    try:
+        while True:
+            path = checkpoints.latest_checkpoint(estimator.model_dir)
+            step = checkpoints.step_of(path)
+            final = step is not None and step >= max_steps
+            now = time.time()
+            if path and path != evaluated and now - started >= eval_spec.start_delay_secs and \
+                    (final or now - last_start >= eval_spec.throttle_secs):
+                last_start = now
+                result = {**kept.evaluate(path), STARTED_KEY: now}
+                for export in eval_spec.exporters:
+                    export.export(estimator, layout.export_base(estimator.model_dir, export.name), path, result,
+                                  final)
+                evaluated = path
+                if final:
+                    return result
+            time.sleep(poll_secs)
+    finally:
+        kept.close()

@@ -35,6 +35,10 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
     def local_steps(self) -> int:
         return self._writer.local_steps
 
+    @property
+    def writer(self) -> ProgressWriter:
+        return self._writer
+
     def begin(self):
         # Estimator adds its (replica-reduced) training loss to LOSSES before the hooks begin.
         losses = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)

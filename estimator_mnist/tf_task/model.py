@@ -131,7 +131,8 @@ def model_fn(features, labels, mode, params, config=None):
         hooks.append(optimizer.make_session_run_hook(is_chief=config is None or config.is_chief))
     weights = float32_variables(network)
     train_op = optimizer.minimize(loss, global_step=global_step, var_list=weights)
-    train_op = update_averages(weights, model_config.weight_average_decay, global_step, after=train_op)
+    train_op = update_averages(weights, model_config.weight_average_decay, global_step, after=train_op,
+                               warmup=model_config.weight_average_warmup)
     add_preemption_counter()  # a SIGTERM to any trainer stops them all at the same step (preemption.py)
     if sync:
         hooks.append(ReleaseSyncTokensHook(optimizer, total_replicas))

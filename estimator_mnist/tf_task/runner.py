@@ -27,6 +27,7 @@ from estimator_mnist.tf_task.disk_full import disk_full_failure, is_disk_full
 from estimator_mnist.errors import RETRYABLE_EXIT_CODE, RETRYABLE_NOTE, RetryableFailure
 from estimator_mnist.tf_task.evaluator import exporter
 from estimator_mnist.tf_task.hooks import ProgressHook, ReadyHook, ThroughputSummaryHook, VariablePlacementHook, log
+from estimator_mnist.tf_task.save_times import save_times_listeners, saves_recorded
 from estimator_mnist.tf_task.model import model_fn
 from estimator_mnist.plan.peers import cause_of, missing_peers, named_in, peers_of
 from estimator_mnist.tf_task.preemption import Preemption, PreemptionHook
@@ -241,14 +242,15 @@ def run_task(spec: TaskSpec, priority: str = "unchanged", ready_fd=None) -> int:
     try:
         strategy = build_train_strategy(config, plan)
         log(setup_log_line(config, plan, strategy, priority))
+        hooks = training_hooks(config, plan, strategy, ready_fd, preemption) if task.is_trainer else []
         estimator = build_estimator(config, plan, strategy)
-        train_spec, eval_spec = train_and_eval_specs(
-            config, hooks=training_hooks(config, plan, strategy, ready_fd, preemption) if task.is_trainer else [])
+        train_spec, eval_spec = train_and_eval_specs(config, hooks=hooks)
         # Everything imported and built so far lives as long as the process: the collector, paused since
         # before TensorFlow's import (tf_task/__main__.py), leaves it alone from now on and scans only what is new.
         gc.freeze()
         gc.enable()
-        with without_autograph():
+        # The task that saves the checkpoints records each save's times in its progress record (save_times.py).
+        with without_autograph(), saves_recorded(save_times_listeners(hooks)):
             if task.is_evaluator:
                 run_evaluator(config, plan, estimator, eval_spec)
             elif task.type == "ps":

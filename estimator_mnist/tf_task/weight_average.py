@@ -7,11 +7,12 @@ were chosen"). Training itself is unchanged: the optimizer updates the
 weights as before, and after each step every trainer moves its copy of the
 average towards them:
 
-    average -= (1 - d) * (average - weights),  d = min(decay, (n - 1) / (n + 8))
+    average -= (1 - d) * (average - weights),  d = min(decay, (n - 1) / (n + w))
 
 where n counts the steps, so the first step copies the weights and the
-average's horizon grows to 1 / (1 - decay) steps over the first hundreds
-(tf.train.ExponentialMovingAverage's num_updates warm-up). The averages
+average's horizon grows to 1 / (1 - decay) steps over the first hundreds;
+w is model.weight_average_warmup (8: tf.train.ExponentialMovingAverage's
+num_updates warm-up). The averages
 are saved beside the weights as "<weight>/ExponentialMovingAverage", TF's
 own name for them, and restored in their place by whatever scores or
 exports a checkpoint.
@@ -25,13 +26,14 @@ import tensorflow as tf
 
 from estimator_mnist.tf_model.averages import average_name, restore_map
 
-def warmed_up_decay(decay: float, steps) -> tf.Tensor:
-    """The decay at step `steps`: min(decay, (n - 1) / (n + 8)), tf.train.ExponentialMovingAverage's warm-up."""
+def warmed_up_decay(decay: float, steps, warmup: int = 8) -> tf.Tensor:
+    """The decay at step `steps`: min(decay, (n - 1) / (n + warmup)); 8 is tf.train.ExponentialMovingAverage's."""
     steps = tf.cast(steps, tf.float32)
-    return tf.minimum(tf.constant(decay, tf.float32), tf.maximum(steps - 1.0, 0.0) / (steps + 8.0))
+    return tf.minimum(tf.constant(decay, tf.float32), tf.maximum(steps - 1.0, 0.0) / (steps + float(warmup)))
 
 
-def update_averages(weights: List[tf.Variable], decay: float, global_step: tf.Tensor, after: tf.Operation) -> tf.Operation:
+def update_averages(weights: List[tf.Variable], decay: float, global_step: tf.Tensor, after: tf.Operation,
+                    warmup: int = 8) -> tf.Operation:
     """Creates an average per weight and returns the op that updates them after `after` (the optimizer's step);
     with decay 0 there is no average, and `after` is returned as it is.
 
@@ -46,7 +48,7 @@ def update_averages(weights: List[tf.Variable], decay: float, global_step: tf.Te
     if not decay:
         return after
     with tf.control_dependencies([after]):
-        kept = warmed_up_decay(decay, global_step)
+        kept = warmed_up_decay(decay, global_step, warmup)
         updates = []
         for weight in weights:
             # .name, not .op.name: a mirrored weight's .name is its first replica's, the one all replicas share.

@@ -2,6 +2,7 @@
 
 import os
 import threading
+import types
 import time
 
 import numpy as np
@@ -69,14 +70,23 @@ def test_evaluator_scores_new_checkpoints_and_the_final_one_without_waiting_out_
     assert [r["global_step"] for r in records] == [2, 4]
     assert records[-1]["final"] is True and os.path.isdir(records[-1]["export"])
     assert all(0 <= r["validation_accuracy"] <= 1 and r["validation_loss"] > 0 for r in records)  # the task scores both
+    # Each record says when its evaluation began (the save -> evaluation gap of benchmarks/time_to_accuracy.py).
+    assert all(r["started"] <= r["time"] for r in records) and records[1]["started"] >= os.path.getmtime(
+        os.path.join(config.model_dir, "model.ckpt-4.index"))
     evaluator.join()
 
 
 class ScriptedEstimator:
-    """Answers the exporter's validation evaluation with scripted losses; writes TensorBoard events in `model_dir`."""
+    """Answers the exporter's validation evaluation with scripted losses; writes TensorBoard events in `model_dir`.
+    `scorer` stands for KeptEvaluation: the exporter builds one per split and asks it for each checkpoint."""
 
     def __init__(self, model_dir, losses):
-        self.model_dir, self.losses, self.calls = str(model_dir), list(losses), []
+        self.model_dir, self.losses, self.calls, self.scorers = str(model_dir), list(losses), [], []
+
+    def scorer(self, estimator, input_fn, name):
+        assert estimator is self
+        self.scorers.append((input_fn, name))
+        return types.SimpleNamespace(evaluate=lambda path: self.evaluate(input_fn, None, path, name))
 
     def evaluate(self, input_fn, steps, checkpoint_path, name):
         self.calls.append((input_fn, steps, checkpoint_path, name))
@@ -88,14 +98,15 @@ class ScriptedEstimator:
 
 def test_with_a_split_best_exports_on_the_validation_loss_never_the_test_loss(tmp_path, capsys):
     exported = []
+    estimator = ScriptedEstimator(tmp_path, [0.3, 0.4, 0.5])
     recorder = SavedModelExporter("best", None, str(tmp_path / "eval_results.jsonl"), 3, True,
                                   _exporter(tmp_path, True, exported)._export_fn,
-                                  validation_input_fn="the validation input_fn")
+                                  validation_input_fn="the validation input_fn", scorer=estimator.scorer)
     # The test loss falls at every step, the validation loss rises after step 10: only step 10 is exported.
-    estimator = ScriptedEstimator(tmp_path, [0.3, 0.4, 0.5])
     for step, test_loss in ((10, 1.0), (20, 0.5), (30, 0.1)):
         recorder.export(estimator, "x", f"ckpt-{step}", _result(step, test_loss), step == 30)
     assert exported == ["ckpt-10"]
+    assert estimator.scorers == [("the validation input_fn", "validation")]  # one scorer, kept for every checkpoint
     assert [c[2:] for c in estimator.calls] == [(f"ckpt-{s}", "validation") for s in (10, 20, 30)]
     records = read_eval_results(str(tmp_path))
     assert [(r["accuracy"], r["loss"]) for r in records] == [(0.5, 1.0), (0.5, 0.5), (0.5, pytest.approx(0.1))]

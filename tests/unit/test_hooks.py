@@ -13,6 +13,7 @@ from tests.helpers import planned
 from estimator_mnist.tf_task import runner
 from estimator_mnist.config import TaskId, config_from_dict
 from estimator_mnist.model_files.progress import progress_path, read_progress
+from estimator_mnist.tf_task.save_times import save_times_listeners, saves_recorded
 from estimator_mnist.tf_task.teardown import TeardownWatchdogHook
 from tests.unit.fakes import dataset_of, fake_mnist
 
@@ -21,14 +22,14 @@ def test_a_training_run_writes_its_progress_record_and_images_per_sec_for_tensor
     images, labels = fake_mnist(128)
     config = config_from_dict({
         "cluster": {"chief": ["localhost:1"]},
-        "training": {"batch_size_per_replica": 8, "max_steps": 12, "save_checkpoints_steps": 12,
+        "training": {"batch_size_per_replica": 8, "max_steps": 12, "save_checkpoints_steps": 6,
                      "log_step_count_steps": 4},
         "run_dir": str(tmp_path / "run"),
     }, "test")
     plan = planned(config, TaskId("chief", 0))
-    estimator = runner.build_estimator(config, plan)
     # Without the teardown watchdog: once the work is saved it would end this very process.
     hooks = [h for h in runner.training_hooks(config, plan) if not isinstance(h, TeardownWatchdogHook)]
+    estimator = runner.build_estimator(config, plan)
     assert len(hooks) == 3  # progress, throughput, and the step watchdog (multi_worker_mirrored by default)
     train_spec, _ = runner.train_and_eval_specs(config, make_dataset=lambda split: dataset_of(images, labels),
                                                 hooks=hooks)
@@ -36,8 +37,15 @@ def test_a_training_run_writes_its_progress_record_and_images_per_sec_for_tensor
     other = Path(progress_path(config.run_dir, TaskId("worker", 0)))
     other.parent.mkdir(parents=True)
     other.write_text(json.dumps({"task": "worker:0", "examples_per_sec": 123.0, "time": time.time() + 60}))
-    estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
+    with saves_recorded(save_times_listeners(hooks)):  # as runner.run_task trains
+        estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
     record = read_progress(config.run_dir)["chief:0"]
+    # Each save's start and end (SaveTimesListener), between the steps around it, each checkpoint's files before
+    # its end: the save time of benchmarks/time_to_accuracy.py.
+    assert [step for step, _, _ in record["saves"]] == [6, 12]
+    for step, started, saved in record["saves"]:
+        index = Path(config.model_dir) / f"model.ckpt-{step}.index"
+        assert record["first_step_time"] <= started <= index.stat().st_mtime <= saved + 0.01
     assert record["done"] is True and record["local_step"] == 12 and record["global_step"] == 12
     assert record["loss"] is not None and record["loss"] > 0
     assert [step for step, _ in record["step_times"]] == [1, 10, 12]

@@ -21,10 +21,11 @@ def _weights_and_averages(checkpoint):
             {n: reader.get_tensor(n + SUFFIX) for n in names if reader.has_tensor(n + SUFFIX)})
 
 
-def test_the_average_starts_as_the_weights_then_follows_them_by_the_warmed_up_decay(tmp_path):
+@pytest.mark.parametrize("warmup", [8, 2])
+def test_the_average_starts_as_the_weights_then_follows_them_by_the_warmed_up_decay(tmp_path, warmup):
     config, estimator, train_spec, _ = tiny_estimator(
         tmp_path, training={"batch_size_per_replica": 8, "max_steps": 3, "save_checkpoints_steps": 1,
-                            "keep_checkpoint_max": 10})
+                            "keep_checkpoint_max": 10}, model={"weight_average_warmup": warmup})
     assert config.model.weight_average_decay == pytest.approx(0.99)  # the default
     estimator.train(train_spec.input_fn, max_steps=3)
     model_dir = config.model_dir
@@ -34,9 +35,10 @@ def test_the_average_starts_as_the_weights_then_follows_them_by_the_warmed_up_de
     for name in w1:
         np.testing.assert_allclose(a1[name], w1[name], rtol=1e-6, err_msg=name)  # step 1: a copy
         assert not np.allclose(w2[name], w1[name]), f"{name} did not train"
-        # d = min(decay, (n - 1) / (n + 8)): 0.1 after step 2, 2/11 after step 3
-        np.testing.assert_allclose(a2[name], 0.1 * a1[name] + 0.9 * w2[name], rtol=1e-5, atol=1e-7, err_msg=name)
-        np.testing.assert_allclose(a3[name], 2 / 11 * a2[name] + 9 / 11 * w3[name], rtol=1e-5, atol=1e-7, err_msg=name)
+        # d = min(decay, (n - 1) / (n + w)): 1/(2+w) after step 2, 2/(3+w) after step 3 (w=8: 0.1, then 2/11)
+        d2, d3 = 1 / (2 + warmup), 2 / (3 + warmup)
+        np.testing.assert_allclose(a2[name], d2 * a1[name] + (1 - d2) * w2[name], rtol=1e-5, atol=1e-7, err_msg=name)
+        np.testing.assert_allclose(a3[name], d3 * a2[name] + (1 - d3) * w3[name], rtol=1e-5, atol=1e-7, err_msg=name)
 
 
 def test_no_average_with_decay_zero(tmp_path):
