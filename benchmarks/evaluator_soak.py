@@ -24,7 +24,7 @@ from pathlib import Path
 from common import benchmark_parser
 from results import figures_of, record_run
 
-from estimator_mnist import checkpoints
+from estimator_mnist.model_files import checkpoints
 from estimator_mnist.plan.task_spec import read_spec
 
 

@@ -26,8 +26,8 @@ from typing import List, Optional
 from common import DEFAULT_CONFIG, Shape, benchmark_parser, run_launch, write_json
 from results import cpu_identity, figures_of, record_run
 
-from estimator_mnist import checkpoints
-from estimator_mnist.progress import read_progress
+from estimator_mnist.model_files import checkpoints
+from estimator_mnist.model_files.progress import read_progress
 from estimator_mnist.supervise.run_summary import collect, locate
 
 THRESHOLD = 0.992

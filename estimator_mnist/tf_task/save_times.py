@@ -13,7 +13,7 @@ from typing import List
 
 import tensorflow as tf
 
-from estimator_mnist.progress import ProgressWriter
+from estimator_mnist.model_files.progress import ProgressWriter
 from estimator_mnist.tf_task.hooks import ProgressHook
 
 
