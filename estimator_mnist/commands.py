@@ -235,7 +235,7 @@ def cmd_keys(args) -> int:
 
 
 def cmd_timeouts(args) -> int:
-    from estimator_mnist.config.timeouts import describe_timeouts, timeouts_markdown
+    from estimator_mnist.config.timeouts_text import describe_timeouts, timeouts_markdown
 
     print(timeouts_markdown() if args.markdown else describe_timeouts(), end="\n" if not args.markdown else "")
     return 0

@@ -9,8 +9,8 @@ import pytest
 
 from estimator_mnist.config import load_config
 from estimator_mnist.config.keys import all_keys
-from estimator_mnist.config.timeouts import (LAUNCH, NOT_BOUNDS, PARENT_ALONE, TIMEOUTS, bounds_named,
-                                             describe_timeouts, timeouts_markdown)
+from estimator_mnist.config.timeouts import LAUNCH, NOT_BOUNDS, PARENT_ALONE, TIMEOUTS, bounds_named
+from estimator_mnist.config.timeouts_text import describe_timeouts, timeouts_markdown
 from estimator_mnist.plan.task_plan import plan_task
 from estimator_mnist.storage import bounds as storage_bounds
 from estimator_mnist.plan.task_spec import TaskSpec
