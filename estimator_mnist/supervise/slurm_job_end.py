@@ -117,7 +117,7 @@ def after_stop(config, cluster_file: str, environ: Mapping[str, str], signalled:
                 mark, step)
         write_summary(config, cluster_file, environ, event=(word, _event(why)))  # first: SIGKILL may follow
         say(f"{seen}; {_event(why)}: it resumes from step {step}")
-        code = 0
+        return 0  # its summary written above, once: a second write would book the event twice
     elif word == PREEMPTED_CANCEL:
         _book_preemption(config, environ)
         command = (fields_of(job) or {}).get("Command") or "the batch script"

@@ -113,6 +113,9 @@ def test_a_cancel_mode_preemption_ends_the_job_and_a_resubmission_survives_a_nod
     try:
         assert killed, "nothing ran in n2's namespace"
         wait_for(lambda: slurm.job(again).get("Restarts") == "1", SLURMD_TIMEOUT_SECS * 3, "Slurm's requeue", details)
+        # The node stays lost until the job has said why it was requeued, as a node really lost does (the check's
+        # slurmd returns 60 s later): one back at once is no longer DOWN when the batch shell asks Slurm.
+        wait_for(lambda: "requeued by" in (tmp_path / "job.out").read_text(), 60, "the job's word on it", details)
     finally:
         restore_node(slurm, "n2")
     wait_for(lambda: finished(slurm, again), WAIT_SECS, "the resubmitted job's end", details)

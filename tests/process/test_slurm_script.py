@@ -260,6 +260,7 @@ def test_a_job_slurm_or_an_operator_requeued_is_left_to_resume_and_named(fake, j
     assert event in out and "cancel" not in out, out
     summary = summary_of(fake)
     assert summary["status"].startswith(event) and summary["slurm"]["event"] == "slurm-requeued", summary
+    assert [e["what"][:len(event)] for e in summary["slurm"]["events"]] == [event], summary  # one requeue, one
 
 
 def test_a_requeue_slurm_was_first_to_do_is_no_error(fake):

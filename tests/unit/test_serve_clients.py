@@ -201,3 +201,20 @@ def test_a_request_s_inputs_and_answer_go_off_the_loop_by_its_images_whatever_it
         assert asyncio.run(handled()) == off_the_loop
     finally:
         codec.close()
+
+
+def test_calls_hold_16_images_while_small_requests_come_and_64_once_none_came_for_a_second():
+    batcher, version, now = Batcher(max_batch_size=64, timeout_secs=0), Version(), [100.0]
+    batcher.clock = lambda: now[0]
+    assert batcher.submit(version, "s", images(200), client="b").result(10)["y"].tolist() == list(range(200))
+    assert max(version.model.sizes) == 64  # no small request yet: calls as large as allowed
+    assert batcher.submit(version, "s", images(1), client="a").result(10)["y"].tolist() == [0.0]
+    del version.model.sizes[:]
+    now[0] += 0.9  # a small request came 0.9 s ago: a 1-image request arriving waits for a call of 16, not 64
+    assert batcher.submit(version, "s", images(200), client="b").result(10)["y"].tolist() == list(range(200))
+    assert max(version.model.sizes) == 16, version.model.sizes
+    del version.model.sizes[:]
+    now[0] += 0.2  # none for 1.1 s
+    assert batcher.submit(version, "s", images(200), client="b").result(10)["y"].tolist() == list(range(200))
+    assert max(version.model.sizes) == 64, version.model.sizes
+    batcher.stop(timeout=5)

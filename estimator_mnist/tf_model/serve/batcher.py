@@ -7,7 +7,8 @@ dtypes and per-example shapes share a model call of at most
 `timeout_secs` for others. A larger request is split into chunks; the
 clients take turns by deficit round robin, small requests first
 (fair_queue.py), so a 1-image request waits for at most two calls
-whatever the others send. A call that fails is run again request by request, so a
+whatever the others send, and while small requests come each call holds
+at most 16 images. A call that fails is run again request by request, so a
 bad image fails only its own request (Serving would fail the whole batch).
 Each version has its own thread (a lane) that runs its model: a session
 already uses every core, and a call that hangs holds only its own lane.
@@ -159,7 +160,7 @@ class Lane:
             self._cond.wait_for(lambda: self._queue or self._stopping)
             if self._stopping:
                 return []
-            first_key, limit = self._queue.first_key(), self.batcher.max_batch_size
+            first_key, limit = self._queue.first_key(), self._queue.call_images()
             size = self._queue.take(first_key, limit, batch)
             deadline = time.monotonic() + self.batcher.timeout_secs
             while batch and batch[0][0].size and size < limit and time.monotonic() < deadline:
@@ -243,6 +244,7 @@ class Batcher:
         self._lanes: Dict[int, Lane] = {}
         self._lock = threading.Lock()
         self._stopped = False
+        self.clock: Callable[[], float] = time.monotonic  # when small requests came (fair_queue.py); tests set it
         self.calls = 0  # model calls so far (the tests read it)
 
     def _lane(self, version) -> Optional[Lane]:
