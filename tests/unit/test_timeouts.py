@@ -40,6 +40,7 @@ NOT_BOUNDS_IN_CODE = {
     ("frozen_time.py", "FROZEN_GAP_SECS"): "how late a poll tells a process stopped from a slow one: no bound",
     ("sweep/scheduler.py", "POLL_SECS"): "how often the sweep looks at its trials",
     ("tf_model/serve/server.py", "TRIM_SECS"): "how often serve hands freed memory back to the system",
+    ("tf_model/serve/fair_queue.py", "SMALL_RECENT_SECS"): "how recent a small request keeps calls small",
     ("sweep/scheduler.py", "SAVE_EVERY_SECS"): "how often sweep.json is written",
     ("sweep/table.py", "TABLE_EVERY_SECS"): "the rhythm of the sweep's table",
     ("sweep/table.py", "LINE_EVERY_SECS"): "the rhythm of the sweep's lines in a log",
