@@ -42,7 +42,7 @@ def read_published(model_dir: str, job_id: str, kind: str, rank: int) -> Optiona
 
 def remove_job(model_dir: str, job_id: str) -> None:
     """The job's records, at its end: nothing of them is read again (a resubmitted job has a new id)."""
-    storage.rmtree(storage.join(model_dir, RECORDS_DIR, str(job_id)))
+    storage.rmtree(job_dir(model_dir, job_id))
 
 
 def step_key(environ: Mapping[str, str]) -> str:
