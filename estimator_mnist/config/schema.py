@@ -145,7 +145,7 @@ class ModelConfig:
 class TrainingConfig:
     batch_size_per_replica: int = _opt(256, check=v.positive, kind=int)
     max_steps: int = _opt(300, check=v.positive, kind=int)
-    save_checkpoints_steps: int = _opt(120, check=v.positive, kind=int)
+    save_checkpoints_steps: int = _opt(60, check=v.positive, kind=int)
     keep_checkpoint_max: int = _opt(5, check=v.positive, kind=int)
     log_step_count_steps: int = _opt(100, check=v.positive, kind=int)
     shuffle_buffer: int = _opt(10000, check=v.positive, kind=int)
@@ -177,7 +177,7 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class EvaluationConfig:
-    throttle_secs: int = _opt(5, check=v.non_negative, kind=int)
+    throttle_secs: int = _opt(2, check=v.non_negative, kind=int)
     start_delay_secs: int = _opt(0, check=v.non_negative, kind=int,
                                  doc="no evaluation before this many seconds after the evaluator's start; 0: each "
                                      "checkpoint is scored as soon as it is noticed")
