@@ -49,9 +49,13 @@ FIRST, STOP_AFTER, STEPS = 10, 20, 40  # the old version's first job, its second
 
 @pytest.fixture(scope="module")
 def old_package(tmp_path_factory):
-    """The package of OLD, unpacked from git."""
+    """The package of OLD, unpacked from git; a shallow clone fetches that commit from its origin first."""
     archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", OLD, "estimator_mnist"],
                              capture_output=True, timeout=60)
+    if archive.returncode != 0:
+        subprocess.run(["git", "-C", str(REPO), "fetch", "--quiet", "--unshallow"], capture_output=True, timeout=300)
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", OLD, "estimator_mnist"],
+                                 capture_output=True, timeout=60)
     if archive.returncode != 0:
         message = f"git cannot give commit {OLD} ({archive.stderr.decode(errors='replace').strip()}): clone in full"
         if os.environ.get("CI"):
