@@ -47,9 +47,27 @@ ERR_NOT_PREPARED = ("MNIST is not prepared in {data_dir} ({reason}); run 'estima
                     "on this machine before starting tasks (run_local.sh does it for you)")
 
 
+def _keep_tfds_off_its_bucket() -> None:
+    """Stops TFDS asking gs://tfds-data for MNIST's metadata and prepared copy: this step prepares locally.
+
+    TFDS 4.9.4 does it on every builder of a dataset not yet prepared (`DatasetInfo.initialize_from_bucket`) and
+    again in `download_and_prepare` (`try_download_gcs`), through TensorFlow's GCS file system. Offline, each
+    request hangs 61 s before curl gives up and is retried, and TensorFlow's credential search asks the
+    metadata server's link-local address: a CI run of tests/e2e/test_prepare_data_killed.py waited 485 s
+    instead of about 60 (tensorflow/datasets issues 3962 and 5719). TFDS has no public switch for it; the
+    flag is the one its own tests set, and tests/unit/test_mnist_files.py fails if it goes."""
+    from tensorflow_datasets.core.utils import gcs_utils
+
+    if not hasattr(gcs_utils, "_is_gcs_disabled"):
+        raise RuntimeError("tensorflow_datasets no longer has gcs_utils._is_gcs_disabled: this pin of "
+                           "tensorflow-datasets is not the one estimator_mnist was built for (4.9.4)")
+    gcs_utils._is_gcs_disabled = True
+
+
 def _builder(data_dir):
     import tensorflow_datasets as tfds
 
+    _keep_tfds_off_its_bucket()
     # Progress bars turn a log file into megabytes of carriage returns.
     tfds.disable_progress_bar()
     return tfds.builder("mnist", data_dir=str(data_dir))

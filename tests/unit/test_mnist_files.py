@@ -115,6 +115,22 @@ def test_prepare_lock_serialises_callers(tmp_path):
     assert any("waiting" in m for m in messages)
 
 
+def test_the_tfds_builder_never_asks_its_bucket(tmp_path, monkeypatch):
+    # Offline, each of these asks hangs 61 s in TensorFlow's GCS client (prepare.py, _keep_tfds_off_its_bucket).
+    from tensorflow_datasets.core.utils import gcs_utils
+
+    asked = []
+
+    def refuse(path):
+        asked.append(str(path))
+        raise AssertionError(f"TFDS asked {path}")
+
+    monkeypatch.setattr(gcs_utils, "_is_gcs_disabled", False)  # as a fresh process starts
+    monkeypatch.setattr(gcs_utils, "exists", refuse)
+    builder = data_prep._builder(tmp_path / "not-prepared")  # the metadata lookup of a dataset not yet prepared
+    assert not builder.is_prepared()
+    assert not gcs_utils.is_dataset_on_gcs(builder.info.full_name)  # download_and_prepare's try_download_gcs
+    assert asked == []
 
 
 def test_prepared_means_a_finished_tfds_version_directory_and_its_decoded_copy(tmp_path):
