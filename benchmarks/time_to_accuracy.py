@@ -71,6 +71,15 @@ def mean(values) -> Optional[float]:
     return round(statistics.mean(values), 3) if values and None not in values else None
 
 
+def _reported(seed: int, run: dict) -> dict:
+    """Prints one seed's split as soon as it is measured (a 5-seed run takes minutes), and returns it."""
+    print(f"seed {seed}: 99.2% first evaluated at step {run['step_992']}, {run['seconds_992']} s after the first "
+          f"step (training {run['training']} s, save {run['save']} s, wait {run['wait']} s, evaluation "
+          f"{run['evaluation']} s); final {run['final']}; save->evaluation-start gaps {run['gaps']} s; "
+          f"evaluations {run['evaluations']}", flush=True)
+    return run
+
+
 def main() -> None:
     parser = benchmark_parser(__doc__, not_measured=("data_dir",))
     parser.add_argument("--seeds", type=int, default=5, help="runs, with seeds 1..N (default 5)")
@@ -82,14 +91,7 @@ def main() -> None:
     kind = f"{cpu['model_name']} family {cpu['family']} model {cpu['model']} ({cpu['kind']}, {cpu['cpus']} CPUs)"
     print(f"CPU: {kind}", flush=True)
     workdir = Path(tempfile.mkdtemp(prefix="time_to_accuracy_"))
-    runs = []
-    for seed in range(1, args.seeds + 1):
-        run = one_run(workdir, seed, args.data_dir, args.overrides)
-        runs.append(run)
-        print(f"seed {seed}: 99.2% first evaluated at step {run['step_992']}, {run['seconds_992']} s after the first "
-              f"step (training {run['training']} s, save {run['save']} s, wait {run['wait']} s, evaluation "
-              f"{run['evaluation']} s); final {run['final']}; save->evaluation-start gaps {run['gaps']} s; "
-              f"evaluations {run['evaluations']}", flush=True)
+    runs = [_reported(seed, one_run(workdir, seed, args.data_dir, args.overrides)) for seed in range(1, args.seeds + 1)]
     if args.json:
         write_json(args.json, runs)
     gaps = [gap for run in runs for gap in run["gaps"]]

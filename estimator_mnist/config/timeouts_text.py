@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
+from estimator_mnist.config.markdown import cell, table
 from estimator_mnist.config.timeouts import NOT_BOUNDS, TIMEOUTS
-
-
-def _cell(value: object) -> str:
-    return "" if value is None else str(value).replace("|", "\\|")
 
 
 def describe_timeouts() -> str:
@@ -29,11 +26,10 @@ def timeouts_markdown() -> str:
              "in the YAML or with `--set`); an upper-case name is fixed in the code. One concern is watched in",
              "one place per situation: a task stopped by a signal is `launch`'s to end when `launch` started it,",
              "its own parent's (`train`) otherwise. Exit codes: README.md's table; `-` means the process goes on.",
-             "", "| bound | default | enforced by | when | what fires | the message begins | exit |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    for b in TIMEOUTS:
-        lines.append(f"| `{b.name}` | {_cell(b.default)} | {_cell(b.enforcer)} | {_cell(b.phase)} | {_cell(b.fires)} "
-                     f"| {_cell(b.message and '`' + b.message + ' …`')} | {b.exit_code} |")
+             ""]
+    lines += table(("bound", "default", "enforced by", "when", "what fires", "the message begins", "exit"),
+                   ((f"`{b.name}`", cell(b.default), cell(b.enforcer), cell(b.phase), cell(b.fires),
+                     cell(b.message and f"`{b.message} …`"), str(b.exit_code)) for b in TIMEOUTS))
     lines += ["", "Not bounds (nothing fires when they pass): " +
               "; ".join(f"`{k}` ({why})" for k, why in NOT_BOUNDS.items()) + "."]
     return "\n".join(lines) + "\n"
