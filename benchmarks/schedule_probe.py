@@ -39,6 +39,12 @@ def parse_args(argv=None):
     parser = benchmark_parser(__doc__, not_measured=("data_dir",))
     parser.add_argument("--batch", type=int, default=512, help="global batch (workers x batch_size_per_replica)")
     parser.add_argument("--steps", type=int, default=TrainingConfig().max_steps)
+    parser.add_argument("--stop", type=int, default=0,
+                        help="stop after this step (0: --steps); the schedule still ends at --steps: a quick look at "
+                             "the early steps")
+    parser.add_argument("--precision", choices=("float32", "mixed_bfloat16"), default="float32",
+                        help="the trainer's compute type (mixed_bfloat16: what model.precision auto picks on CPUs "
+                             "with AMX or AVX512_BF16)")
     parser.add_argument("--lr", type=float, default=ModelConfig().learning_rate, help="peak learning rate (Adam)")
     parser.add_argument("--warmup", type=int, default=ModelConfig().warmup_steps)
     parser.add_argument("--beta1", type=float, default=ModelConfig().adam_beta1, help="Adam's beta1")
@@ -102,7 +108,7 @@ def main(argv=None) -> int:
                           seed=args.seed))
     test = list(input_fn(tf.estimator.ModeKeys.EVAL, None, data_dir=args.data_dir, batch_size_per_replica=1,
                          eval_batch_size=2000))
-    network = build_network("classic_cnn", "float32", args.dropout, args.normalise_inputs == "on")
+    network = build_network("classic_cnn", args.precision, args.dropout, args.normalise_inputs == "on")
     network.build((None, 28, 28, 1))
     weights = network.trainable_variables
     average = WeightAverage(tf, weights, args.weight_average_decay, args.weight_average_warmup)
@@ -135,10 +141,11 @@ def main(argv=None) -> int:
         return round(right / sum(len(labels) for _, labels in test), 4)
 
     evaluations = []
-    for step in range(1, args.steps + 1):
+    last = min(args.stop or args.steps, args.steps)
+    for step in range(1, last + 1):
         features, labels = next(train)
         train_step(features[IMAGE_KEY], labels, tf.constant(step))  # a tensor: a Python int would retrace every step
-        if (step >= args.start and step % args.every == 0) or step == args.steps:
+        if (step >= args.start and step % args.every == 0) or step == last:
             evaluations.append([step, accuracy()])
             print(f"step {step}: {evaluations[-1][1]:.4f}", flush=True)
     first = next((step for step, value in evaluations if value >= 0.992), None)

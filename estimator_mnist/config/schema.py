@@ -197,7 +197,8 @@ class EvaluationConfig:
     nice: Any = _opt("idle", check=v.nice, kind="nice",
                      doc="the evaluator's CPU priority, so that it slows training as little as it can: idle (Linux "
                          "SCHED_IDLE: it runs only on cores the trainers leave idle, though it still shares "
-                         "their caches and memory) or a niceness 0-19")
+                         "their caches and memory; on a kernel with autogroups, Debian's default, its session "
+                         "still gets an equal share beside each trainer's) or a niceness 0-19")
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,22 @@ def is_x86() -> bool:
 
 # How lower_cpu_priority and priority_now say SCHED_IDLE: the task's log line, whichever process wrote it.
 IDLE_PRIORITY = "SCHED_IDLE (runs only on cores that training leaves idle)"
+# Every task is a session of its own (supervise/process_group.start_task); where the kernel groups sessions
+# (sched_autogroup_enabled=1, Debian's default) it first shares the cores between the groups as equals, whatever
+# their threads' policy, so SCHED_IDLE ranks the evaluator's threads only against each other. Lowering the group
+# too (nice 19 in /proc/self/autogroup) was measured slower (docs/performance.md, "What was tried and not kept").
+IDLE_IN_AUTOGROUP = "SCHED_IDLE within its session, whose autogroup shares the cores with the trainers' as an equal"
+AUTOGROUP_ENABLED = "/proc/sys/kernel/sched_autogroup_enabled"
+
+
+def idle_priority(enabled_path: str = AUTOGROUP_ENABLED) -> str:
+    """What SCHED_IDLE does for this process on this kernel, as the task's log line says it."""
+    try:
+        with open(enabled_path, encoding="ascii") as handle:
+            grouped = handle.read().strip() == "1"
+    except OSError:
+        grouped = False  # no such switch: no autogroups
+    return IDLE_IN_AUTOGROUP if grouped else IDLE_PRIORITY
 
 
 def lower_cpu_priority(nice) -> str:
@@ -60,7 +76,9 @@ def lower_cpu_priority(nice) -> str:
     so the threads TensorFlow already started are changed one by one. With
     SCHED_IDLE the evaluator takes only CPU time the trainers leave unused
     (on 2 cores an evaluator at nice 10 still cost the trainers about a third
-    of their throughput), and once training ends it runs at full speed.
+    of their throughput), and once training ends it runs at full speed; on a
+    kernel with autogroups its session still gets an equal share beside the
+    trainers' (IDLE_IN_AUTOGROUP).
     """
     threads = [t.id for t in psutil.Process().threads()]
     if nice == "idle" and hasattr(os, "SCHED_IDLE"):
@@ -69,7 +87,7 @@ def lower_cpu_priority(nice) -> str:
                 os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
             except OSError:
                 pass  # the thread has ended
-        return IDLE_PRIORITY
+        return idle_priority()
     niceness = 19 if nice == "idle" else nice
     for tid in threads:
         try:
@@ -83,6 +101,6 @@ def priority_now() -> str:
     """This process's CPU priority as lower_cpu_priority describes it: what a process started by one that
     lowered its own priority inherits (a task's TensorFlow process, from `train`)."""
     if hasattr(os, "SCHED_IDLE") and os.sched_getscheduler(0) == os.SCHED_IDLE:
-        return IDLE_PRIORITY
+        return idle_priority()
     niceness = os.getpriority(os.PRIO_PROCESS, 0)
     return f"nice {niceness}" if niceness > 0 else "unchanged"
