@@ -18,11 +18,13 @@ import pytest
 import requests
 
 from estimator_mnist.config import timeouts
+from tests.h2_streams import Connection, max_concurrent_streams, REFUSED_STREAM
 from tests.process.test_serve_drain import Clients
 from tests.serve_helpers import Server, write_exports_and_digits
 from tests.serve_wire import PREDICT, predict_bytes, raw_channel, STATUS, status_bytes
 
 SMALL_ANSWER_SECS = 1.0  # issue 52's check: a 1-image Predict answered within this while a large one runs
+STREAMS_PER_CONNECTION = 16  # docs/serving.md: one connection's RPCs at once (grpc_server.py)
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +75,8 @@ def test_a_flood_of_short_deadline_requests_leaves_service_and_memory_as_they_we
     codes = {call.code() for call in flood}
     assert codes <= {grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.OK,
                      grpc.StatusCode.UNAVAILABLE}, {call.details() for call in flood}
-    # UNAVAILABLE only for the streams beyond the connection's 100 (grpc_server.STREAMS_PER_CONNECTION): refused
-    # unread with HTTP/2's REFUSED_STREAM (code 7), which a client may retry.
+    # UNAVAILABLE only for the streams beyond the connection's 16 (STREAMS_PER_CONNECTION): refused unread with
+    # HTTP/2's REFUSED_STREAM (code 7), which a client may retry.
     assert all("error code 7" in call.details() for call in flood if call.code() == grpc.StatusCode.UNAVAILABLE)
     started = time.monotonic()
     predict(predict_bytes(1), timeout=30)
@@ -86,6 +88,22 @@ def test_a_flood_of_short_deadline_requests_leaves_service_and_memory_as_they_we
           f"{rss_after >> 20} MiB")
     assert rss_after < rss_before * 1.3, (rss_before >> 20, rss_after >> 20)
     channel.close()
+
+
+def test_one_connection_gets_16_requests_into_serve_at_once_and_the_next_ones_are_refused_unread(server):
+    """Each RPC serve accepts costs its event loop Python work before any check of ours can refuse it (grpc.aio
+    takes them one at a time, in arrival order): 300 Predicts fired at once on one connection must not all be
+    taken ahead of another client's 1-image request. A client that keeps to the server's SETTINGS waits for a
+    slot; one that does not (this one) has its streams beyond the 16th refused by gRPC's core, unread."""
+    connection = Connection(server.grpc_port)
+    try:
+        announced = max_concurrent_streams(connection)
+        streams = connection.open_streams(PREDICT, 3 * STREAMS_PER_CONNECTION)
+        refused = connection.refused(wait_secs=3.0, expected=len(streams) - STREAMS_PER_CONNECTION)
+    finally:
+        connection.close()
+    assert announced == STREAMS_PER_CONNECTION
+    assert refused == {stream: REFUSED_STREAM for stream in streams[STREAMS_PER_CONNECTION:]}, refused
 
 
 def test_random_model_names_do_not_grow_the_metrics_page(server):

@@ -28,7 +28,11 @@ from estimator_mnist.tf_model.serve.serving_api import ServingApi
 # the images queued (batcher.py) and the large messages waiting to be read (grpc_codec.py), so this is high
 # enough that one client's flood of short-deadline requests cannot take every slot from the others.
 MAX_RPCS = 1024
-STREAMS_PER_CONNECTION = 100  # one connection's RPCs at once (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS)
+# One connection's RPCs at once (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS; beyond, gRPC's core refuses a stream
+# unread). grpc.aio takes RPCs onto its loop one at a time, in arrival order, and each costs Python work before
+# any check of serve's can refuse it; so 300 Predicts fired at once on one connection (100 let in at a time) kept
+# another client's 1-image request waiting behind them: its p99 10x quiet (benchmarks/serve_abuse.py).
+STREAMS_PER_CONNECTION = 16
 # Keepalive, enforced: a client may ping at most every 10 s (more often, twice, and it gets GOAWAY); the server
 # pings a connection quiet for 60 s and closes it if the ping is not answered in 20 s (a peer that vanished);
 # a connection with no RPC for SERVE_IDLE_CONNECTION_SECS is closed (the client reconnects when it needs to).
