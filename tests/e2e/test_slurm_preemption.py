@@ -3,14 +3,15 @@ PreemptType=preempt/partition_prio, GraceTime=60, no send_user_signal, so only t
 of the higher-priority partition that asks for a node whole preempts the training job, which saves, requeues
 itself at once (REQUEUE mode), resumes and completes with one preemption booked, or ends with one line and
 resumes when submitted again (CANCEL mode); that resubmission's second node lost mid-run (its slurmd,
-slurmstepd and tasks killed) is requeued by Slurm and named in the summary. The REQUEUE job would fail if a
-stopped task's exit made srun send SIG_TERM_KILL: slurmctld retried it 60 s later and it stopped the requeued
-run's step (slurm_task_end.py says why). A suspension's stopped time is covered in the unit tier
-(test_frozen_time.py), not here: a 40 s suspension past 30 s bounds once counted an incident (issue 59)."""
+slurmstepd and tasks killed) is requeued by Slurm and named in the summary; a job suspended past its lowered
+bounds resumes with no restart and no incident. The REQUEUE job would fail if a stopped task's exit made srun
+send SIG_TERM_KILL (slurmctld retried it 60 s later into the requeued run's step: slurm_task_end.py), the
+suspended one if TF's coordination service kept its 10 s heartbeat timeout (tf_task/strategy.py)."""
 
 import json
 import subprocess
 import sys
+import time
 from datetime import datetime
 
 from estimator_mnist.model_files.checkpoints import latest_step, read_eval_results
@@ -21,6 +22,10 @@ from tests.e2e.test_slurm import GRACE_SECS, JOB_YAML, WAIT_SECS, finished, job_
 from tests.helpers import REPO
 
 STEPS = 60
+# Suspension past these (strategy.collective_timeout_secs, launcher.stall_timeout_secs) and past TF's default
+# heartbeat timeout (10 s), then resumed.
+LOWERED = ("strategy.collective_timeout_secs=30", "launcher.stall_timeout_secs=30")
+SUSPEND_SECS = 40
 
 
 def write_script(slurm, tmp_path, data_dir, overrides=()):
@@ -76,6 +81,25 @@ def test_a_preempted_job_vacates_its_node_at_once_requeues_once_and_completes(sl
     assert "Terminating" not in (logs / "srun-0.0.err").read_text(), output[-8000:]
     assert read_eval_results(str(tmp_path / "model"))[-1]["global_step"] >= STEPS
     assert not (tmp_path / "model" / "slurm" / job_id).exists()  # the step's records went with the job
+    assert not slurm.processes_left(str(tmp_path))
+
+
+def test_a_job_suspended_past_its_bounds_resumes_with_no_restart_and_no_incident(slurm, tmp_path, mnist_data_dir):
+    job_id = write_script(slurm, tmp_path, mnist_data_dir, LOWERED)
+    details = lambda: job_output(slurm, tmp_path)  # noqa: E731
+    wait_for_training(slurm, tmp_path, 3)
+    slurm.run(["scontrol", "suspend", job_id])
+    time.sleep(SUSPEND_SECS)
+    slurm.run(["scontrol", "resume", job_id])
+    wait_for(lambda: finished(slurm, job_id), WAIT_SECS, "the resumed job's end", details)
+    output, state = job_output(slurm, tmp_path, whole=True), slurm.job(job_id)
+    assert state["JobState"] == "COMPLETED" and state["Restarts"] == "0", (state, output[-8000:])
+    record = json.loads((tmp_path / "model" / BUDGET_FILE).read_text()) if (tmp_path / "model" / BUDGET_FILE).exists() \
+        else {"preemptions": [], "incidents": []}
+    assert record["preemptions"] == [] and record["incidents"] == [], (record, output[-8000:])
+    logs = tmp_path / "run" / "logs" / f"slurm-{job_id}"
+    assert sorted(p.name for p in logs.glob("srun-*.err")) == ["srun-0.0.err"], output[-8000:]  # never rerun
+    assert "heartbeat timeout" not in output and read_eval_results(str(tmp_path / "model"))[-1]["global_step"] >= STEPS
     assert not slurm.processes_left(str(tmp_path))
 
 
