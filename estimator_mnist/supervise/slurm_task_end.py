@@ -9,8 +9,8 @@ failed by itself, and the step is one incident, whatever its peers did when Slur
 whose every task was asked to stop is none.
 
 Under the batch script a task that was asked to stop, stopped, and said so exits 0 to srun (`srun_code`); its
-200 is in its record, and `python -m estimator_mnist.supervise.slurm_task_end TRAIN_ARGS --step-code`, run by
-the script after a step srun ended with 0, prints the step's code from the records (200 or 0). Why: with
+200 is in its record, and `python -m estimator_mnist.supervise.slurm_job_end TRAIN_ARGS --step-code`, run by
+the script after a step srun ended with 0, prints the step's code from the records (`step_code`). Why: with
 --kill-on-bad-exit srun takes any other code for a failure and asks slurmctld to send the step SIG_TERM_KILL;
 slurmstepd answers that request only after KillWait (req.c sleeps in the handler; default 30 s), past
 MessageTimeout (10 s), so slurmctld queues the signal for a retry 60 s later (agent.c, "Queue RPC
@@ -22,14 +22,12 @@ exits non-zero, and srun still ends the step's other tasks at once.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 import time
 from typing import Iterator, Mapping, Optional
 
-from estimator_mnist.errors import (INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE, SUCCESS_EXIT_CODE, PermanentFailure,
-                                    RetryableFailure, UsageError)
+from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE, SUCCESS_EXIT_CODE
 from estimator_mnist.model_files import slurm_records
 from estimator_mnist.plan.slurm_source import in_slurm_step, ordered_tasks
 
@@ -141,25 +139,3 @@ def failed_by_itself(record: Optional[dict], key: str) -> Optional[str]:
         return None
     return f"exited {record.get('code')} by itself"
 
-
-def main(argv=None) -> int:
-    """Prints the code of the step the batch script just ran (`--step-code`; step_code) and returns 0."""
-    from estimator_mnist.supervise.slurm_step import config_of, train_args_parser  # pylint: disable=import-outside-toplevel
-
-    parser = train_args_parser("python -m estimator_mnist.supervise.slurm_task_end")
-    parser.add_argument("--step-code", action="store_true", required=True)
-    args = parser.parse_args(argv)
-    try:
-        config = config_of(args)
-        code = step_code(config.model_dir, os.environ["SLURM_JOB_ID"], slurm_records.step_key(os.environ),
-                         len(ordered_tasks(config.cluster.tasks())))
-    except (UsageError, PermanentFailure, RetryableFailure, OSError, KeyError) as exc:
-        print(f"estimator-mnist: the step's tasks' words could not be read ({exc}): taken for a stop, exit "
-              f"{RETRYABLE_EXIT_CODE}", file=sys.stderr, flush=True)
-        code = RETRYABLE_EXIT_CODE
-    print(code, flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -121,11 +121,10 @@ def one_device(config: Config) -> str:
 # (coordination_service.cc, CheckHeartbeatTimeout). A Slurm job suspended past it (`scontrol suspend`: every
 # process SIGSTOPped; `resume`: SIGCONT, node by node) met that check as soon as the chief's node ran again,
 # before the other trainers' next heartbeats: "Task /job:worker/replica:0/task:0 heartbeat timeout" aborted the
-# all-reduce and the step counted an incident. Reproduced without Slurm: a chief and a worker stopped for 40 s,
-# the worker resumed 3 s after the chief, failed so 2 times in 2; with this, trained on 2 times in 2
-# (2026-11-28). Stopped time is no sign of a lost peer, so the service's bound is past any suspension; a peer
-# lost or hung is the product's to find (step_watchdog.py bounds each step, its stopped time left out; a dead
-# peer's connection fails the all-reduce at once): one watcher per situation. Pinned by
+# all-reduce and the step counted an incident; so did a chief and a worker stopped for 40 s without Slurm, the
+# worker resumed 3 s after the chief. Stopped time is no sign of a lost peer, so the service's bound is past any
+# suspension; a peer lost or hung is the product's to find (step_watchdog.py bounds each step, its stopped time
+# left out; a dead peer's connection fails the all-reduce at once): one watcher per situation. Pinned by
 # tests/e2e/test_slurm_preemption.py::test_a_job_suspended_past_its_bounds_resumes_with_no_restart_and_no_incident.
 COORDINATION_HEARTBEAT_TIMEOUT_MS = timeouts.COORDINATION_HEARTBEAT_TIMEOUT_MS
 
