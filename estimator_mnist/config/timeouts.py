@@ -28,6 +28,9 @@ GROUP_GONE_SECS = 10.0  # launch and sweep: the members of SIGKILLed process gro
 PEER_PROBE_SECS = 3.0  # a peer whose port accepts no connection by then is named as lost
 PORT_RELEASE_SECS = 60.0  # launch: a restarted task's port free again
 PS_OPERATION_TIMEOUT_MS = 60000  # session.operation_timeout_ms: auto under the parameter_server strategies
+# TF's coordination service (multi_worker_mirrored): a trainer's heartbeat older than this fails them all. Past any
+# suspension (30 days): stopped time is no lost peer (tf_task/strategy.py says why).
+COORDINATION_HEARTBEAT_TIMEOUT_MS = 30 * 24 * 3600 * 1000
 AFTER_FINAL_EVALUATION_SECS = 1.0  # the chief's own exit after the final evaluation comes before its teardown's
 SWEEP_STOP_GRACE_SECS = 30.0  # sweep: trials stopped at its end or on Ctrl-C, SIGTERM to SIGKILL
 SWEEP_EARLY_STOP_GRACE_SECS = 3.0  # sweep: a trial stopped early (its checkpoints are not needed)
@@ -110,6 +113,9 @@ TIMEOUTS = (
     _c("PS_OPERATION_TIMEOUT_MS", TF, "what session.operation_timeout_ms: auto means under the ps strategies",
        "as session.operation_timeout_ms; also bounds each trainer's report to the ps tasks at its end",
        "task <task> lost <peers>: DeadlineExceededError", R, "plan/task_plan.py"),
+    _c("COORDINATION_HEARTBEAT_TIMEOUT_MS", TF, "TF's coordination service under multi_worker_mirrored",
+       "a trainer's heartbeat this old fails every trainer; set past any suspension of the job, as lost peers are "
+       "strategy.collective_timeout_secs's to find", "heartbeat timeout", R, "tf_task/strategy.py"),
     _c("PEER_PROBE_SECS", f"{TF}; {PARENT}", "naming the lost peers, once a wait above ran out",
        "a peer whose port accepts no connection within it is named in the message", "", "-", "plan/peers.py"),
     Bound("training.teardown_timeout_secs", TF, "after the final checkpoint (and its evaluation)",

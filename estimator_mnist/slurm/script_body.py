@@ -43,10 +43,15 @@ on_term() {{  # a cancel, a time limit near (--signal=B:TERM@N), scancel --batch
 trap on_term TERM
 
 # The most telling exit code of the step's tasks, from srun's own lines: 2, then 1, then 200. With
-# --kill-on-bad-exit srun's status is that of the tasks it ended with a signal, not the failing task's.
+# --kill-on-bad-exit srun's status is that of the tasks it ended with a signal, not the failing task's. A task
+# asked to stop exits 0 to srun, its 200 in its record (supervise/slurm_task_end.py says why): srun's 0 is
+# the step's 0 or 200 by the tasks' own words (slurm_job_end --step-code).
 task_code() {{
   local c
-  [ "$2" -eq 0 ] && {{ echo 0; return; }}
+  if [ "$2" -eq 0 ]; then
+    "${{PY[@]}}" -m estimator_mnist.supervise.slurm_job_end "${{TRAIN_ARGS[@]}}" --step-code || echo 200
+    return
+  fi
   for c in 2 1 200; do
     if grep -q "Exited with exit code $c\\$" "$1"; then echo "$c"; return; fi
   done

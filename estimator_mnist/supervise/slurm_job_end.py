@@ -39,6 +39,8 @@ from estimator_mnist.supervise.restart_budget import RestartBudget, budget_line,
 from estimator_mnist.supervise.slurm_job_state import (CANCELLED, PREEMPTED_CANCEL, REQUEUE, RERUN, SLURM_REQUEUED,
                                                        SlurmFacts, job_fields, verdict)
 from estimator_mnist.supervise.slurm_reruns import ERR_NO_JOB, book, rerun
+from estimator_mnist.supervise.slurm_task_end import step_code
+from estimator_mnist.plan.slurm_source import ordered_tasks
 from estimator_mnist.supervise.slurm_step import config_of, train_args_parser, write_summary
 
 ERR_REQUEUE = ("scontrol requeue {job} failed ({error}): the job cannot requeue itself (JobRequeue=0 in slurm.conf?); "
@@ -133,6 +135,19 @@ def after_stop(config, cluster_file: str, environ: Mapping[str, str], signalled:
     return code
 
 
+def step_code_of(args) -> int:
+    """The code of the step srun just ended with 0, by its tasks' words (slurm_task_end.step_code): 200 when a task
+    said it stopped as asked, else 0; 200 too when the words cannot be read (after_stop then asks Slurm)."""
+    try:
+        config = config_of(args)
+        return step_code(config.model_dir, os.environ["SLURM_JOB_ID"], slurm_records.step_key(os.environ),
+                         len(ordered_tasks(config.cluster.tasks())))
+    except (UsageError, PermanentFailure, RetryableFailure, OSError, KeyError) as exc:
+        print(f"estimator-mnist: the step's tasks' words could not be read ({exc}): taken for a stop, exit "
+              f"{RETRYABLE_EXIT_CODE}", file=sys.stderr, flush=True)
+        return RETRYABLE_EXIT_CODE
+
+
 def main(argv=None) -> int:
     parser = train_args_parser("python -m estimator_mnist.supervise.slurm_job_end")
     parser.add_argument("--signalled", type=int, default=0, help="1: the batch shell got SIGTERM")
@@ -140,7 +155,11 @@ def main(argv=None) -> int:
     parser.add_argument("--ended", type=int, help="the job ends with this code: remove its records")
     parser.add_argument("--early", action="store_true", help="the step still stops: act only on Slurm's requeue")
     parser.add_argument("--move-fd", type=int, help="the script's next move on this file descriptor, not stdout")
+    parser.add_argument("--step-code", action="store_true", help="print the code of a step srun ended with 0")
     args = parser.parse_args(argv)
+    if args.step_code:
+        print(step_code_of(args), flush=True)
+        return 0
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a requeue's or a cancel's SIGTERM: this still says its word
     code = args.ended  # the job's own code stands when only its records could not be removed
     try:

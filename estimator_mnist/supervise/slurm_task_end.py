@@ -7,6 +7,16 @@ task's word after the step (slurm_reruns.py): a task that ended non-zero without
 word at all (killed by a signal nobody asked it to stop with: the OOM killer, a crash, or never started),
 failed by itself, and the step is one incident, whatever its peers did when Slurm signalled them; a step
 whose every task was asked to stop is none.
+
+Under the batch script a task that was asked to stop, stopped, and said so exits 0 to srun (`srun_code`); its
+200 is in its record, and `python -m estimator_mnist.supervise.slurm_job_end TRAIN_ARGS --step-code`, run by
+the script after a step srun ended with 0, prints the step's code from the records (`step_code`). Why: with
+--kill-on-bad-exit srun takes any other code for a failure and asks slurmctld to send the step SIG_TERM_KILL;
+slurmstepd answers that request only after KillWait (req.c sleeps in the handler; default 30 s), past
+MessageTimeout (10 s), so slurmctld queues the signal for a retry 60 s later (agent.c, "Queue RPC
+msg_type=6004 ... for retry"). A requeue resets the job's step ids, and on Slurm 22.05.8 that retry stopped
+the requeued run's step of the same id at its end (tests/e2e/test_slurm_preemption.py). A real failure still
+exits non-zero, and srun still ends the step's other tasks at once.
 """
 
 from __future__ import annotations
@@ -17,9 +27,9 @@ import sys
 import time
 from typing import Iterator, Mapping, Optional
 
-from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE
+from estimator_mnist.errors import INTERRUPTED_EXIT_CODE, RETRYABLE_EXIT_CODE, SUCCESS_EXIT_CODE
 from estimator_mnist.model_files import slurm_records
-from estimator_mnist.plan.slurm_source import in_slurm_step
+from estimator_mnist.plan.slurm_source import in_slurm_step, ordered_tasks
 
 END_KIND = "end"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -51,9 +61,7 @@ def stop_raises(active: bool) -> Iterator[None]:
 
 def stopped_before_start(config, environ: Mapping[str, str], signum: int) -> int:
     """Said as train's parent says a stop (asked to, then its code), for the task of this srun step: 200 after
-    SIGTERM, 130 after SIGINT."""
-    from estimator_mnist.plan.slurm_source import ordered_tasks  # pylint: disable=import-outside-toplevel
-
+    SIGTERM, 130 after SIGINT (0 to srun under the batch script: srun_code)."""
     rank = int(environ["SLURM_PROCID"])
     task = str(ordered_tasks(config.cluster.tasks())[rank])
     code = INTERRUPTED_EXIT_CODE if signum == signal.SIGINT else RETRYABLE_EXIT_CODE
@@ -63,13 +71,15 @@ def stopped_before_start(config, environ: Mapping[str, str], signum: int) -> int
         end.ended(code)
     print(f"estimator-mnist: task {task}: asked to stop ({signal.Signals(signum).name}) before it started: exit "
           f"{code}; nothing of its work was done", file=sys.stderr, flush=True)
-    return code
+    return code if end is None else end.srun_code(code)
 
 
 class TaskEnd:
-    def __init__(self, model_dir: str, job_id: str, rank: int, key: str, task: str):
+    def __init__(self, model_dir: str, job_id: str, rank: int, key: str, task: str, scripted: bool = False):
         self.model_dir, self.job_id, self.rank, self.key, self.task = model_dir, job_id, rank, key, task
+        self.scripted = scripted  # a step of the batch script, which reads the records after it
         self.signal: Optional[str] = None
+        self.said_end = False
 
     @classmethod
     def under_slurm(cls, model_dir: str, task: str, environ: Mapping[str, str]) -> Optional["TaskEnd"]:
@@ -77,15 +87,16 @@ class TaskEnd:
         if not in_slurm_step(environ) or not environ.get("SLURM_JOB_ID"):
             return None
         return cls(model_dir, environ["SLURM_JOB_ID"], int(environ["SLURM_PROCID"]),
-                   slurm_records.step_key(environ), task)
+                   slurm_records.step_key(environ), task, scripted=bool(environ.get(slurm_records.ATTEMPT_ENV)))
 
-    def _publish(self, code: Optional[int]) -> None:
+    def _publish(self, code: Optional[int]) -> bool:
         try:
             slurm_records.publish(self.model_dir, self.job_id, END_KIND, self.rank, {
                 "step": self.key, "rank": self.rank, "task": self.task, "signal": self.signal, "code": code,
                 "time": time.time()})
         except OSError:
-            pass  # no word: the batch script counts the step as this task's failure, the safe side
+            return False  # no word: the batch script counts the step as this task's failure, the safe side
+        return True
 
     def asked_to_stop(self, signum: int) -> None:
         """At the first stop signal: said at once, since a SIGKILL may follow before the task's end."""
@@ -94,7 +105,27 @@ class TaskEnd:
             self._publish(None)
 
     def ended(self, code: int) -> None:
-        self._publish(code)
+        self.said_end = self._publish(code)
+
+    def srun_code(self, code: int) -> int:
+        """The code the task exits with to srun: 0 for a stop it was asked for and said (the module's docstring
+        says why), else its own."""
+        stopped = code in (RETRYABLE_EXIT_CODE, INTERRUPTED_EXIT_CODE) and self.signal is not None
+        if not (stopped and self.scripted and self.said_end):
+            return code
+        print(f"estimator-mnist: task {self.task}: exits {SUCCESS_EXIT_CODE} to srun; its code {code} (asked to "
+              f"stop) is in its record for the batch script", file=sys.stderr, flush=True)
+        return SUCCESS_EXIT_CODE
+
+
+def step_code(model_dir: str, job_id: str, key: str, ranks: int) -> int:
+    """The code of the step `key`, which srun ended with 0, from its tasks' words: 200 when a task said it stopped
+    with a code of its own (a stop it was asked for: srun_code), else 0."""
+    for rank in range(ranks):
+        record = slurm_records.read_published(model_dir, job_id, END_KIND, rank)
+        if record is not None and record.get("step") == key and record.get("code") not in (None, 0):
+            return RETRYABLE_EXIT_CODE
+    return SUCCESS_EXIT_CODE
 
 
 def failed_by_itself(record: Optional[dict], key: str) -> Optional[str]:
@@ -107,3 +138,4 @@ def failed_by_itself(record: Optional[dict], key: str) -> Optional[str]:
     if record.get("code") == 0:
         return None
     return f"exited {record.get('code')} by itself"
+

@@ -274,4 +274,5 @@ def run_task_process(spec: TaskSpec) -> int:
                       spec.to_json().encode())
     if end is not None:
         end.ended(code)
+        return end.srun_code(code)  # a stop it was asked for is no failure to srun (slurm_task_end.py says why)
     return code

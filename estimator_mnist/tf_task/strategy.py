@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from estimator_mnist.config import Config, TaskId, device_index
+from estimator_mnist.config import Config, TaskId, device_index, timeouts
 from estimator_mnist.errors import UsageError
 from estimator_mnist.plan.task_plan import TaskPlan
 from estimator_mnist.tf_task.tf_workarounds import no_bfloat16_fusion, set_collective_options, size_thread_pools
@@ -116,6 +116,38 @@ def one_device(config: Config) -> str:
     return "/gpu:0" if _visible("gpu") else "/cpu:0"
 
 
+# TF 2.15's coordination service, which MultiWorkerMirroredStrategy starts on the chief, fails every trainer once one's
+# last heartbeat is older than heartbeat_timeout_in_ms (default 10 s) by the wall clock, checked every second
+# (coordination_service.cc, CheckHeartbeatTimeout). A Slurm job suspended past it (`scontrol suspend`: every
+# process SIGSTOPped; `resume`: SIGCONT, node by node) met that check as soon as the chief's node ran again,
+# before the other trainers' next heartbeats: "Task /job:worker/replica:0/task:0 heartbeat timeout" aborted the
+# all-reduce and the step counted an incident; so did a chief and a worker stopped for 40 s without Slurm, the
+# worker resumed 3 s after the chief. Stopped time is no sign of a lost peer, so the service's bound is past any
+# suspension; a peer lost or hung is the product's to find (step_watchdog.py bounds each step, its stopped time
+# left out; a dead peer's connection fails the all-reduce at once): one watcher per situation. Pinned by
+# tests/e2e/test_slurm_preemption.py::test_a_job_suspended_past_its_bounds_resumes_with_no_restart_and_no_incident.
+COORDINATION_HEARTBEAT_TIMEOUT_MS = timeouts.COORDINATION_HEARTBEAT_TIMEOUT_MS
+
+
+def configure_coordination_service() -> None:
+    """The coordination service as MultiWorkerMirroredStrategy configures it (TF 2.15,
+    collective_all_reduce_strategy.py), with COORDINATION_HEARTBEAT_TIMEOUT_MS; from TF_CONFIG. The strategy
+    keeps a configuration already there."""
+    # pylint: disable=import-outside-toplevel
+    from tensorflow.python.distribute import multi_worker_util
+    from tensorflow.python.eager import context
+    from tensorflow.tsl.protobuf import coordination_config_pb2
+
+    if context.context().coordination_service is not None:
+        return
+    spec = tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec()
+    jobs = [coordination_config_pb2.CoordinatedJob(name=job, num_tasks=spec.num_tasks(job))
+            for job in ("chief", "worker") if job in spec.jobs]
+    context.context().configure_coordination_service(
+        service_type="standalone", service_leader=multi_worker_util.coordination_leader(spec),
+        coordinated_jobs=jobs, heartbeat_timeout_in_ms=COORDINATION_HEARTBEAT_TIMEOUT_MS)
+
+
 def build_train_strategy(config: Config, plan: TaskPlan):
     """The tf.distribute strategy for this task, or None where Estimator must run without one.
 
@@ -133,6 +165,7 @@ def build_train_strategy(config: Config, plan: TaskPlan):
         # The v1 class: Estimator builds graphs, and the v2 class sets up eager
         # collectives that an Estimator session never uses. Estimator also
         # recognises it by its exact class name, so it cannot be subclassed.
+        configure_coordination_service()
         result = tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy(
             communication=_COMMUNICATION[strategy.communication])
         # No timeout on the ops: TF 2.15 would start a thread per collective op for it, and thousands pile up.

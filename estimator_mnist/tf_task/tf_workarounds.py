@@ -19,6 +19,8 @@ this file stays the index:
 - model_fn is marked as AutoGraph's own artifact (model.py): under a strategy AutoGraph rewrote it and
   all it calls at every trainer's start (tests/unit/test_model.py::test_autograph_leaves_model_fn_alone);
 - a task's role runs with AutoGraph off (without_autograph; tests/unit/test_without_autograph.py);
+- TF's coordination service gets a heartbeat timeout past any suspension of a Slurm job (strategy.py,
+  configure_coordination_service; tests/e2e/test_slurm_preemption.py, tests/unit/test_strategy.py);
 - `serve` takes off the "Graph execution error:" that TF 2.15's Python session puts before a kernel's message,
   so that a client gets the text TF Serving's C++ session gives (serve/model.py;
   tests/process/test_serve.py::test_an_undecodable_image_gets_tensorflow_s_own_message).

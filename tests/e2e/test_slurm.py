@@ -116,8 +116,10 @@ def test_scancel_term_reruns_the_step_from_its_saved_step(slurm, tmp_path, mnist
              "the step's end within the grace",
              lambda: job_output(slurm, tmp_path))
     stopped_in, stop = time.monotonic() - signalled, latest_step(model_dir)
-    first_step = (tmp_path / "run" / "logs" / f"slurm-{job_id}" / "srun-0.0.err").read_text()
-    assert "task 0: Exited with exit code 200" in first_step and "task 2: Exited with exit code 200" in first_step
+    logs = tmp_path / "run" / "logs" / f"slurm-{job_id}"
+    first_step = (logs / "srun-0.0.err").read_text()  # asked to stop, the tasks said 200 and exited 0 to srun
+    assert "Exited with exit code" not in first_step and "Terminating" not in first_step, first_step
+    assert all("its code 200 (asked to stop)" in (logs / f"rank-{r}.log").read_text() for r in (0, 2)), first_step
     assert stopped_in < GRACE_SECS and stop and stop < 50, (stopped_in, stop)
     wait_for(lambda: finished(slurm, job_id), WAIT_SECS, "the job's end", lambda: job_output(slurm, tmp_path))
     output = job_output(slurm, tmp_path, whole=True)

@@ -15,8 +15,8 @@ from estimator_mnist.model_files.layout import BUDGET_FILE
 
 from tests.helpers import REPO
 
-# srun: prepare-data succeeds; each train step exits with the next code of $FAKE/codes. srun's own status is
-# 143 for a failed step, as with --kill-on-bad-exit (the other tasks are ended by SIGTERM).
+# srun: prepare-data succeeds; each train step exits with the next code of $FAKE/codes. srun's status is 143 for
+# a failed step (--kill-on-bad-exit), 0 for tasks asked to stop that said 200 (slurm_task_end.srun_code).
 FAKE_SRUN = """#!/bin/bash
 case " $* " in *" prepare-data "*) exit 0 ;; esac
 n=$(wc -l < "$FAKE/steps")
@@ -33,6 +33,7 @@ said() {  # each task's word, as train's parent publishes it when asked to stop 
 case "$code" in wait*)  # runs until SIGTERM, then its tasks end with the code after "wait" (200 by default)
   end=${code#wait}; end=${end:-200}
   if [ "$end" = 0 ]; then trap 'exit 0' TERM
+  elif [ "$end" = 200 ]; then trap 'said; exit 0' TERM  # asked to stop: 0 to srun, 200 in each task's record
   else trap 'said; echo "srun: error: n1: task 0: Exited with exit code '"$end"'" >&2; exit 143' TERM; fi
   echo $$ > "$FAKE/running"; while :; do sleep 0.1; done ;;
 esac

@@ -2,7 +2,7 @@
 asked to stop (then its code), or its own code; no word at all counts as a failure of its own."""
 
 from estimator_mnist.model_files import slurm_records
-from estimator_mnist.supervise.slurm_task_end import END_KIND, TaskEnd, failed_by_itself
+from estimator_mnist.supervise.slurm_task_end import END_KIND, TaskEnd, failed_by_itself, step_code
 from estimator_mnist.supervise.task_parent import TaskParent
 
 ENV = {"SLURM_STEP_NODELIST": "n1", "SLURM_PROCID": "2", "SLURM_JOB_ID": "9", "SLURM_STEP_ID": "1",
@@ -51,3 +51,33 @@ def test_the_task_parent_reports_its_first_stop_signal(tmp_path):
     parent._on_signal(15, None)  # pylint: disable=protected-access
     parent._on_signal(15, None)  # pylint: disable=protected-access
     assert seen == [15]
+
+
+def test_under_the_batch_script_a_stop_it_said_exits_0_to_srun_and_the_step_code_comes_from_the_words(tmp_path):
+    """srun's --kill-on-bad-exit must not take a stop for a failure (its SIG_TERM_KILL, retried by slurmctld,
+    once stopped a requeued run's step): the stop's 200 goes to the record, srun sees 0."""
+    end = TaskEnd.under_slurm(str(tmp_path), "worker:0", ENV)
+    assert step_code(str(tmp_path), "9", "attempt 0.3", 3) == 0  # no word yet: srun's 0 stands
+    end.ended(0)
+    assert end.srun_code(0) == 0 and step_code(str(tmp_path), "9", "attempt 0.3", 3) == 0  # done
+    end.asked_to_stop(15)
+    end.ended(200)
+    assert end.srun_code(200) == 0 and word(tmp_path)["code"] == 200
+    assert step_code(str(tmp_path), "9", "attempt 0.3", 3) == 200
+    assert step_code(str(tmp_path), "9", "attempt 0.4", 3) == 0  # an older step's word counts for nothing
+    assert end.srun_code(1) == 1 and end.srun_code(2) == 2  # a failure stays one, for srun to end the others
+
+
+def test_a_stop_not_asked_for_unsaid_or_outside_the_script_keeps_its_code(tmp_path):
+    end = TaskEnd.under_slurm(str(tmp_path), "worker:0", ENV)
+    end.ended(200)
+    assert end.srun_code(200) == 200  # not asked to stop: a failure of its own, which srun must act on
+    by_hand = TaskEnd.under_slurm(str(tmp_path), "worker:0", {k: v for k, v in ENV.items() if "ATTEMPT" not in k})
+    by_hand.asked_to_stop(15)
+    by_hand.ended(200)
+    assert by_hand.srun_code(200) == 200  # `srun train` by hand: nobody reads the record
+    (tmp_path / "file").write_text("")
+    unsaid = TaskEnd.under_slurm(str(tmp_path / "file"), "worker:0", ENV)
+    unsaid.asked_to_stop(15)
+    unsaid.ended(200)
+    assert unsaid.srun_code(200) == 200  # no record to read its 200 from: srun must see it

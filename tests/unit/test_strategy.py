@@ -159,3 +159,20 @@ def test_sync_ps_model_fn_wraps_the_optimizer_and_adds_its_hook():
         assert "sync_token_q" in names  # the token queue that holds replicas to the aggregated step
         plain = model_fn(features, labels, tf.estimator.ModeKeys.TRAIN, dict(params, sync_replicas=None))
         assert list(plain.training_hooks) == []
+
+
+def test_the_coordination_service_s_heartbeat_timeout_outlasts_a_suspended_job(monkeypatch):
+    """TF's default (10 s, by the wall clock) failed every trainer of a Slurm job suspended past it."""
+    from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
+
+    tf_config = {"cluster": {"chief": ["n1:2222"], "worker": ["n2:2222", "n3:2222"]}, "task": {"type": "worker",
+                                                                                          "index": 1}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config))
+    monkeypatch.setattr(context.context(), "_coordination_service_config", None)
+    S.configure_coordination_service()
+    service = context.context().coordination_service
+    assert service.heartbeat_timeout_in_ms == S.COORDINATION_HEARTBEAT_TIMEOUT_MS >= 7 * 24 * 3600 * 1000
+    assert service.service_type == "standalone" and service.service_leader == "/job:chief/replica:0/task:0"
+    assert [(j.name, j.num_tasks) for j in service.coordinated_job_list] == [("chief", 1), ("worker", 2)]
+    S.configure_coordination_service()  # kept: the strategy's own configure leaves it too
+    assert context.context().coordination_service is service
