@@ -138,4 +138,3 @@ def failed_by_itself(record: Optional[dict], key: str) -> Optional[str]:
     if record.get("code") == 0:
         return None
     return f"exited {record.get('code')} by itself"
-
