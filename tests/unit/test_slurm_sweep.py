@@ -84,11 +84,15 @@ def _bump(sweep_dir, name, times):
 def test_updates_from_many_processes_at_once_lose_nothing(tmp_path):
     plan = _plan(tmp_path)
     array_script(plan, [], sweep_script.ArrayOptions())
-    workers = [multiprocessing.Process(target=_bump, args=(plan.sweep_dir, t.name, 25)) for t in plan.trials]
+    # Fresh interpreters, as the array tasks that share the record are: a fork of this worker (TensorFlow's and
+    # xdist's threads in it) once spun at 100% CPU in a finalizer inside the lock, and the other three waited.
+    spawn = multiprocessing.get_context("spawn")
+    workers = [spawn.Process(target=_bump, args=(plan.sweep_dir, t.name, 25)) for t in plan.trials]
     for worker in workers:
         worker.start()
     for worker in workers:
-        worker.join(60)
+        worker.join(120)
+    assert [worker.exitcode for worker in workers] == [0] * 4
     assert [t["attempts"] for t in records.read_sweep(plan.sweep_dir)["trials"]] == [25] * 4
 
 
