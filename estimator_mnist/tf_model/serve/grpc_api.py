@@ -161,7 +161,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer, H
             if definition is None:
                 raise ServingError("FAILED_PRECONDITION", ERR_SIGNATURE_KEY.format(name=signature))
             client, images = self.client(context), declared_images(request)
-            self.api.admit(served, client, images)  # refused before any array is made of it
+            self.api.admit(served, client, images, deadline)  # refused before any array is made of it
             REQUEST_IMAGES.set(images)  # a request of many images has its inputs and answer made off the loop
             arrays = await self.codec.offload(_checked_inputs, request, served.model.input_types(signature))
             names = _output_names(request, definition.get("outputs", {}))
