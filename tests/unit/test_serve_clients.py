@@ -3,7 +3,8 @@ number of their requests, one client's cap refuses it alone, a client with nothi
 into a full queue, a request declaring more images than the limit is refused before anything is made of it
 (gRPC and REST, naming the flag), refusals counted by reason with no client in the labels, the client read from
 a trusted proxy's X-Forwarded-For only, and REST connections bounded (100 idle ones and a client sending its
-head a byte at a time leave room for a new one, which the receive bound then closes)."""
+head a byte at a time leave room for a new one, which the receive bound then closes), and a request that could
+not be answered by its deadline even at the model's best pace refused before its work."""
 
 import asyncio
 import socket
@@ -17,7 +18,9 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 
-from estimator_mnist.tf_model.serve.batcher import Batcher, ClientFull, give_up, QueueFull
+from estimator_mnist.tf_model.serve.admission import ERR_TOO_LATE
+from estimator_mnist.tf_model.serve.batcher import Batcher, ClientFull, give_up, QueueFull, Task, TooLate
+from estimator_mnist.tf_model.serve.fair_queue import FairQueue
 from estimator_mnist.tf_model.serve.grpc_api import peer_address
 from estimator_mnist.tf_model.serve.grpc_codec import Codec, REQUEST_BYTES, REQUEST_IMAGES
 from estimator_mnist.tf_model.serve.serving_api import ERR_TASK_SIZE
@@ -218,3 +221,51 @@ def test_calls_hold_16_images_while_small_requests_come_and_64_once_none_came_fo
     assert batcher.submit(version, "s", images(200), client="b").result(10)["y"].tolist() == list(range(200))
     assert max(version.model.sizes) == 64, version.model.sizes
     batcher.stop(timeout=5)
+
+
+def test_a_request_is_too_late_when_its_client_s_images_ahead_and_its_own_exceed_its_deadline_at_the_best_pace():
+    queue = FairQueue(Batcher())
+    queue.check("c", 10000, remaining=0.001)  # no pace known yet: nothing refused on a guess
+    queue.called(8, 0.5)  # a call of fewer than 16 images says nothing of the pace
+    queue.check("c", 10000, remaining=0.001)
+    queue.called(64, 0.64)
+    queue.called(64, 0.064)  # the best pace is 1 ms an image, whatever came before it
+    queue.check("c", 40, remaining=0.05)
+    with pytest.raises(TooLate) as raised:
+        queue.check("c", 60, remaining=0.05)
+    assert (raised.value.images, round(raised.value.secs, 3)) == (60, 0.06)
+    queue.add(Task(Version(), "s", images(30), client="c"))
+    with pytest.raises(TooLate):  # its own 30 images come first: 70 ms
+        queue.check("c", 40, remaining=0.05)
+    queue.check("d", 40, remaining=0.05)  # another client's queue is not ahead of d's turn
+    queue.check("c", 40)  # no deadline: the bounds only
+
+
+def test_a_grpc_request_that_cannot_be_answered_by_its_deadline_is_refused_before_the_model_runs_it(tmp_path):
+    serve = Serve(tmp_path / "model")
+    serve.export(100)
+    served = serve.versions.acquire()
+    run, sizes = served.model.run, []
+
+    def one_ms_an_image(signature_name, inputs):
+        sizes.append(len(inputs["images"]))
+        time.sleep(0.001 * sizes[-1])
+        return run(signature_name, inputs)
+
+    served.model.run = one_ms_an_image
+    serve.batcher.submit(served, "images", {"images": np.zeros((64, 28, 28, 1), np.float32)}).result(10)
+    served.release()
+    client = GrpcClient(serve.grpc_port)
+    try:
+        request = client.predict_request({}, "images")
+        request.inputs["images"].CopyFrom(tiny_but_huge(3000))  # 3 s of model time at the best pace
+        with pytest.raises(grpc.RpcError) as raised:  # refused at once, answered after REFUSAL_DELAY_SECS
+            client.predictions.Predict(request, timeout=2)
+        assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert raised.value.details().startswith(ERR_TOO_LATE.split("{")[0]), raised.value.details()
+        assert sizes == [64] and refusals(serve)["deadline"] == 1  # the model never saw it
+        request.inputs["images"].CopyFrom(tiny_but_huge(20))
+        assert len(client.predictions.Predict(request, timeout=10).outputs["class_ids"].int_val) == 20
+    finally:
+        client.close()
+        serve.close()

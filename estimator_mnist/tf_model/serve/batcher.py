@@ -13,11 +13,10 @@ bad image fails only its own request (Serving would fail the whole batch).
 Each version has its own thread (a lane) that runs its model: a session
 already uses every core, and a call that hangs holds only its own lane.
 
-Each lane holds at most `max_queued_images` images not yet answered, and
-each client at most `max_client_images` of them (fair_queue.py: QueueFull,
-ClientFull). A request given up (its
-deadline passed, its client left) leaves the queue and drops its inputs at
-once. No TensorFlow: the call is `version.model.run(signature, inputs)`.
+Each lane holds at most `max_queued_images` images not yet answered, each
+client at most `max_client_images` (fair_queue.py: QueueFull, ClientFull,
+and TooLate for a request that could not be answered by its deadline). One
+given up leaves the queue and drops its inputs at once. No TensorFlow.
 """
 
 from __future__ import annotations
@@ -30,9 +29,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from estimator_mnist.tf_model.serve.fair_queue import ClientFull, FairQueue, QueueFull
+from estimator_mnist.tf_model.serve.fair_queue import ClientFull, FairQueue, QueueFull, TooLate
 
-__all__ = ["Batcher", "ClientFull", "give_up", "QueueFull", "Task"]
+__all__ = ["Batcher", "ClientFull", "give_up", "QueueFull", "Task", "TooLate"]
 
 MAX_BATCH_SIZE = 64
 TIMEOUT_SECS = 0.002
@@ -126,10 +125,10 @@ class Lane:
     def queued_images(self) -> int:
         return self._queue.queued_images
 
-    def check(self, client: str, images: int) -> None:
-        """QueueFull or ClientFull now if `images` more of `client` would not fit (before its inputs are made)."""
+    def check(self, client: str, images: int, remaining: Optional[float] = None) -> None:
+        """QueueFull, ClientFull or TooLate now (fair_queue.py), before the request's inputs are made."""
         with self._cond:
-            self._queue.check(client, images)
+            self._queue.check(client, images, remaining)
 
     def _discard(self, task: Task) -> None:
         """A task done or given up: out of the queue, its inputs dropped at once (a running call's examples
@@ -186,7 +185,11 @@ class Lane:
     def _call(self, signature: str, inputs: Dict[str, np.ndarray], examples: int):
         self.batcher.calls += 1
         self.batcher.on_batch(self.version, examples)
-        return self.version.model.run(signature, inputs)
+        started = time.monotonic()
+        outputs = self.version.model.run(signature, inputs)
+        with self._cond:
+            self._queue.called(examples, time.monotonic() - started)
+        return outputs
 
     def _run(self, batch: List[Slice]) -> None:
         given_up = [piece for piece in batch if piece[0].future.done()]  # while the call was gathered
@@ -253,12 +256,12 @@ class Batcher:
                 return None
             return self._lanes.get(id(version)) or self._lanes.setdefault(id(version), Lane(self, version))
 
-    def check(self, version, client: str, images: int) -> None:
-        """QueueFull or ClientFull if a request of `images` from `client` would be refused now: said before its
-        inputs are made, so that a refused request costs no work (submit() checks again)."""
+    def check(self, version, client: str, images: int, remaining: Optional[float] = None) -> None:
+        """QueueFull, ClientFull or TooLate if a request of `images` from `client`, `remaining` seconds before
+        its deadline, would be refused now: said before its inputs are made (submit() checks the bounds again)."""
         lane = self._lane(version)
         if lane is not None:
-            lane.check(client, images)
+            lane.check(client, images, remaining)
 
     def submit(self, version, signature: str, inputs: Dict[str, np.ndarray], client: str = "") -> Future:
         """The request's future; QueueFull or ClientFull if there is no room for it."""

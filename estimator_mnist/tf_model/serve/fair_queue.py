@@ -23,13 +23,17 @@ request's arrival until its last image is answered: a client holding
 queue holding `max_queued_images` refuses (QueueFull), except a client with
 nothing queued, whose one request of at most `max_batch_size` images is
 taken into a reserve of a tenth more, so that one busy client cannot shut
-the others out. Called with the lane's lock held; no threads here.
+the others out. A request whose client's images ahead of it and its own
+would take longer than its deadline leaves, even at the model's best pace,
+is refused at once (TooLate): work that could only be given up half done
+is never started (a flood of short-deadline requests costs no model time).
+Called with the lane's lock held; no threads here.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Deque, Dict, List
+from typing import Deque, Dict, List, Optional
 
 SMALL_IMAGES = 8  # a request of at most this many images goes into the next call whole, ahead of chunks
 SMALL_CALL_IMAGES = 16  # a call with such a request in it holds at most this many images (chunks fill the rest)
@@ -37,6 +41,10 @@ SMALL_CALL_IMAGES = 16  # a call with such a request in it holds at most this ma
 # more per image than 64-image ones, paid only while small requests wait (benchmarks/serve_abuse.py: a 1-image
 # p99 beside a 10,000-image client 4.6x quiet with 64-image calls, 1.9x with 16).
 SMALL_RECENT_SECS = 1.0
+# The model's best pace: the fastest seconds per image of the last PACE_CALLS calls of at least SMALL_CALL_IMAGES
+# images (a call of one image costs what one of 16 does, so it says nothing of the pace). The best, not the mean:
+# a request is refused only when it could not be answered in time even if nothing else ran.
+PACE_CALLS = 32
 
 
 class QueueFull(Exception):
@@ -45,6 +53,14 @@ class QueueFull(Exception):
 
 class ClientFull(Exception):
     """This client holds `max_client_images` queued images already."""
+
+
+class TooLate(Exception):
+    """The client's images ahead and this request's would take longer than its deadline leaves."""
+
+    def __init__(self, images: int, secs: float):
+        super().__init__(images, secs)
+        self.images, self.secs = images, secs
 
 
 class FairQueue:
@@ -56,6 +72,7 @@ class FairQueue:
         self._client_images: Dict[str, int] = {}  # client -> its images not answered yet
         self.queued_images = 0  # images of this lane's tasks not answered yet
         self._small_at = None  # limits.clock() when the last small request was added
+        self._paces: Deque[float] = deque(maxlen=PACE_CALLS)  # seconds per image of recent large calls
 
     def __bool__(self) -> bool:
         return bool(self._ring)
@@ -69,9 +86,17 @@ class FairQueue:
     def client_images(self, client: str) -> int:
         return self._client_images.get(client, 0)
 
-    def check(self, client: str, images: int) -> None:
-        """ClientFull or QueueFull if `images` more of `client` would pass a bound."""
+    def called(self, images: int, secs: float) -> None:
+        """A model call of `images` images took `secs`: the pace it shows."""
+        if images >= SMALL_CALL_IMAGES:
+            self._paces.append(secs / images)
+
+    def check(self, client: str, images: int, remaining: Optional[float] = None) -> None:
+        """ClientFull or QueueFull if `images` more of `client` would pass a bound; TooLate if they and the
+        client's images ahead of them need more than `remaining` seconds at the model's best pace."""
         mine, most = self._client_images.get(client, 0), self.limits.max_queued_images
+        if remaining is not None and self._paces and (mine + images) * min(self._paces) > remaining:
+            raise TooLate(mine + images, (mine + images) * min(self._paces))
         if mine and mine + images > self.limits.max_client_images:
             raise ClientFull()
         if self.queued_images and self.queued_images + images > most:

@@ -39,8 +39,9 @@ LATENCY_LABELS = ("model_name", "API", "entrypoint")
 LATENCY_BOUNDS = [10 * 1.8 ** i for i in range(32)]
 BATCH_BOUNDS = [float(2 ** i) for i in range(15)]
 # Why a request was refused before its work: too many images in it, its client's queue full, its version's
-# queue full, too many large gRPC messages waiting to be read. A fixed set: no client can add a series.
-REFUSAL_REASONS = ("images_per_request", "client_queue", "version_queue", "pending_bytes")
+# queue full, too many large gRPC messages waiting to be read, too little time left before its deadline. A fixed
+# set: no client can add a series.
+REFUSAL_REASONS = ("images_per_request", "client_queue", "version_queue", "pending_bytes", "deadline")
 
 
 class Histogram:

@@ -98,12 +98,13 @@ class ServingApi:
     def client_of(self, address: str, forwarded_for: str = "") -> str:
         return client_of(address, forwarded_for, self.trusted_proxies)
 
-    def admit(self, served: Version, client: str, images: int) -> None:
-        """Serving's error for a request of `images` images (what its shape declares) that would be refused: said
-        before its inputs are made, so that a refused request costs no work."""
+    def admit(self, served: Version, client: str, images: int, deadline: Optional[float] = None) -> None:
+        """Serving's error for a request of `images` images (what its shape declares) that would be refused, or
+        that could not be answered by `deadline`: said before its inputs are made, so that it costs no work."""
         images_within(self.metrics, images, self.max_images)
-        with refusals(self.metrics, self.batcher, served):
-            self.batcher.check(served, client, images)
+        remaining = None if deadline is None else deadline - time.monotonic()
+        with refusals(self.metrics, self.batcher, served, remaining or 0.0):
+            self.batcher.check(served, client, images, remaining)
 
     def submit(self, served: Version, signature_name: str, inputs: Dict[str, np.ndarray], client: str = "") -> Future:
         """The signature's call, queued in the batcher once the inputs are within the bounds."""
