@@ -13,6 +13,8 @@ Per case it prints the 1-image p99 against quiet (the ratio), failures (any stat
 the measured client's and the second client's), the server's RSS, with the CPU kind; the goals (issue 58: p99
 within 3x of quiet in every case, none failed, RSS within 10% of before, the metrics page naming no client) as
 PASS or FAIL; nothing is asserted. The last line (RESULT ...) goes to the results file too (results.py).
+--floor runs each case again with its abusers aimed at a second serve of the same model: on 2 cores the abusers'
+own CPU and bytes slow the measured client even when serve does nothing for them, and that ratio is the floor.
 
     python benchmarks/serve_abuse.py --model runs/local
 """
@@ -106,7 +108,8 @@ def load() -> str:
     return "load %.1f" % psutil.getloadavg()[0]
 
 
-def run_case(case: str, proc, predict, ports, rest_url: str, count: int, quiet: dict) -> dict:
+def run_case(case: str, proc, predict, ports, rest_url: str, count: int, quiet: dict, label: str = "") -> dict:
+    """One case's abusers against `ports` (serve's own, or --floor's second serve) beside the measured client."""
     before = rss_mib(proc)
     with Abusers(CASES[case], *ports) as abusers:
         figures = measure_rest(rest_url, count) if case == "idle_and_slow_rest" else measure_grpc(predict, count)
@@ -115,7 +118,7 @@ def run_case(case: str, proc, predict, ports, rest_url: str, count: int, quiet: 
                    second_failed=sum(n for code, n in second.items() if code != "OK"))
     reference = quiet["rest" if case == "idle_and_slow_rest" else "grpc"]["p99_ms"]
     figures["ratio"] = figures["p99_ms"] / reference
-    print(f"{case:18s}: 1-image p99 {figures['p99_ms']:6.1f} ms = {figures['ratio']:4.1f}x quiet "
+    print(f"{label or case:18s}: 1-image p99 {figures['p99_ms']:6.1f} ms = {figures['ratio']:4.1f}x quiet "
           f"(p50 {figures['p50_ms']:.1f} ms), failures {figures['failed'] + figures['second_failed']}, "
           f"RSS {before:.0f} -> {figures['rss_after']:.0f} MiB, {load()}; abusers {abusers.outcomes}"
           + (f"; e.g. {figures['failures'][0]}" if figures["failures"] else ""), flush=True)
@@ -173,6 +176,9 @@ def main(argv=None) -> int:
     parser.add_argument("--switch-interval-ms", type=float, help="serve's GIL switch interval (default: serve's)")
     parser.add_argument("--cases", default=",".join([*CASES, "sigterm"]),
                         help="which cases, comma-separated (all, and sigterm: every abuser at once, then SIGTERM)")
+    parser.add_argument("--floor", action="store_true",
+                        help="each case again with its abusers aimed at a second serve of the same model: what the "
+                             "abusers' own CPU and bytes cost the measured client on this machine, serve aside")
     args = parser.parse_args(argv)
     extra = [] if args.switch_interval_ms is None else ["--switch-interval-ms", str(args.switch_interval_ms)]
     print(f"CPU: {cpu_model()} ({cpu_kind()}), {psutil.cpu_count()} CPUs; {load()}", flush=True)
@@ -188,8 +194,9 @@ def main(argv=None) -> int:
         print(f"{'quiet':18s}: 1-image p99 gRPC {quiet['grpc']['p99_ms']:.1f} ms (p50 {quiet['grpc']['p50_ms']:.1f}),"
               f" REST {quiet['rest']['p99_ms']:.1f} ms (p50 {quiet['rest']['p50_ms']:.1f}); RSS {rss_start:.0f} MiB, "
               f"{load()}", flush=True)
-        results = [run_case(case, proc, predict, (grpc_port, rest_port), url, args.requests, quiet)
-                   for case in args.cases.split(",") if case != "sigterm"]
+        cases = [case for case in args.cases.split(",") if case != "sigterm"]
+        results = [run_case(case, proc, predict, (grpc_port, rest_port), url, args.requests, quiet) for case in cases]
+        floors = elsewhere(args, extra, cases, proc, predict, url, quiet) if args.floor else []
         time.sleep(3.0)  # serve hands freed memory back every 2 s
         rss_growth, page = rss_mib(proc) / rss_start - 1, metrics_page(url)
     finally:
@@ -198,10 +205,22 @@ def main(argv=None) -> int:
             proc.send_signal(signal.SIGINT)
             proc.wait(60)
     drain = sigterm_under_everything(args.model, extra) if "sigterm" in args.cases.split(",") else None
-    return report(args, results, rss_growth, page, page_start, drain)
+    return report(args, results, rss_growth, page, page_start, drain, floors)
 
 
-def report(args, results: list, rss_growth: float, page: str, page_start: str, drain: dict) -> int:
+def elsewhere(args, extra: list, cases: list, proc, predict, url: str, quiet: dict) -> list:
+    """--floor: each case's abusers aimed at a second serve while the measured client asks the first."""
+    other, other_url, other_grpc = start_server(args.model, ["--drain-delay-secs", "0", *extra])
+    ports = (other_grpc, int(other_url.split(":")[2].split("/")[0]))
+    try:
+        return [run_case(case, proc, predict, ports, url, args.requests, quiet, label=f"{case} elsewhere")
+                for case in cases]
+    finally:
+        other.send_signal(signal.SIGINT)
+        other.wait(60)
+
+
+def report(args, results: list, rss_growth: float, page: str, page_start: str, drain: dict, floors: list) -> int:
     worst = max(r["ratio"] for r in results)
     failed = sum(r["failed"] + r["second_failed"] for r in results)
     names_client = any(address in page for address in ("127.0.0.", SECOND_CLIENT))
@@ -211,6 +230,7 @@ def report(args, results: list, rss_growth: float, page: str, page_start: str, d
     for name, passed in goals.items():
         print(f"goal {name}: {'PASS' if passed else 'FAIL'}")
     result = ("RESULT " + " ".join(f"p99_ratio_{r['case']}={r['ratio']:.2f}" for r in results)
+              + "".join(f" floor_p99_ratio_{r['case']}={r['ratio']:.2f}" for r in floors)
               + f" worst_p99_ratio={worst:.2f} failed={failed} rss_growth={rss_growth:.3f}"
               + f" metrics_growth_bytes={len(page) - len(page_start)}"
               + (f" sigterm_exit_secs={drain['exit_secs']:.1f} sigterm_reset={drain['reset']}" if drain else "")

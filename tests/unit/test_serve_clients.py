@@ -20,7 +20,7 @@ from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 
 from estimator_mnist.tf_model.serve.admission import ERR_TOO_LATE
 from estimator_mnist.tf_model.serve.batcher import Batcher, ClientFull, give_up, QueueFull, Task, TooLate
-from estimator_mnist.tf_model.serve.fair_queue import FairQueue
+from estimator_mnist.tf_model.serve.fair_queue import FairQueue, PACE_MIN_CALLS
 from estimator_mnist.tf_model.serve.grpc_api import peer_address
 from estimator_mnist.tf_model.serve.grpc_codec import Codec, REQUEST_BYTES, REQUEST_IMAGES
 from estimator_mnist.tf_model.serve.serving_api import ERR_TASK_SIZE
@@ -228,7 +228,9 @@ def test_a_request_is_too_late_when_its_client_s_images_ahead_and_its_own_exceed
     queue.check("c", 10000, remaining=0.001)  # no pace known yet: nothing refused on a guess
     queue.called(8, 0.5)  # a call of fewer than 16 images says nothing of the pace
     queue.check("c", 10000, remaining=0.001)
-    queue.called(64, 0.64)
+    for _ in range(PACE_MIN_CALLS - 1):
+        queue.called(64, 0.64)  # 10 ms an image: the first calls of each size, TensorFlow's first runs
+    queue.check("c", 10000, remaining=0.001)  # too few calls yet to know the pace
     queue.called(64, 0.064)  # the best pace is 1 ms an image, whatever came before it
     queue.check("c", 40, remaining=0.05)
     with pytest.raises(TooLate) as raised:
@@ -253,7 +255,8 @@ def test_a_grpc_request_that_cannot_be_answered_by_its_deadline_is_refused_befor
         return run(signature_name, inputs)
 
     served.model.run = one_ms_an_image
-    serve.batcher.submit(served, "images", {"images": np.zeros((64, 28, 28, 1), np.float32)}).result(10)
+    for _ in range(PACE_MIN_CALLS):
+        serve.batcher.submit(served, "images", {"images": np.zeros((16, 28, 28, 1), np.float32)}).result(10)
     served.release()
     client = GrpcClient(serve.grpc_port)
     try:
@@ -263,7 +266,7 @@ def test_a_grpc_request_that_cannot_be_answered_by_its_deadline_is_refused_befor
             client.predictions.Predict(request, timeout=2)
         assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         assert raised.value.details().startswith(ERR_TOO_LATE.split("{")[0]), raised.value.details()
-        assert sizes == [64] and refusals(serve)["deadline"] == 1  # the model never saw it
+        assert sizes == [16] * PACE_MIN_CALLS and refusals(serve)["deadline"] == 1  # the model never saw it
         request.inputs["images"].CopyFrom(tiny_but_huge(20))
         assert len(client.predictions.Predict(request, timeout=10).outputs["class_ids"].int_val) == 20
     finally:

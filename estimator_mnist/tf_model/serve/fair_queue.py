@@ -43,8 +43,10 @@ SMALL_CALL_IMAGES = 16  # a call with such a request in it holds at most this ma
 SMALL_RECENT_SECS = 1.0
 # The model's best pace: the fastest seconds per image of the last PACE_CALLS calls of at least SMALL_CALL_IMAGES
 # images (a call of one image costs what one of 16 does, so it says nothing of the pace). The best, not the mean:
-# a request is refused only when it could not be answered in time even if nothing else ran.
-PACE_CALLS = 32
+# a request is refused only when it could not be answered in time even if nothing else ran. Nothing is refused
+# before PACE_MIN_CALLS such calls: a version's first call of each size pays TensorFlow's first run (3 ms of work
+# took 0.1 s), and one such call alone as the pace refused every 10,000-image request (benchmarks/serve_abuse.py).
+PACE_CALLS, PACE_MIN_CALLS = 32, 8
 
 
 class QueueFull(Exception):
@@ -95,7 +97,8 @@ class FairQueue:
         """ClientFull or QueueFull if `images` more of `client` would pass a bound; TooLate if they and the
         client's images ahead of them need more than `remaining` seconds at the model's best pace."""
         mine, most = self._client_images.get(client, 0), self.limits.max_queued_images
-        if remaining is not None and self._paces and (mine + images) * min(self._paces) > remaining:
+        if remaining is not None and len(self._paces) >= PACE_MIN_CALLS and \
+                (mine + images) * min(self._paces) > remaining:
             raise TooLate(mine + images, (mine + images) * min(self._paces))
         if mine and mine + images > self.limits.max_client_images:
             raise ClientFull()
