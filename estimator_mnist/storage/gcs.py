@@ -26,6 +26,7 @@ import warnings
 from typing import List, Optional, Tuple
 
 from estimator_mnist.storage.bounds import STORAGE_REQUEST_SECS, STORAGE_RETRY_SECS
+from estimator_mnist.storage.gcs_retry import bounded_retry
 from estimator_mnist.storage.errors import (ERR_DENIED, ERR_NO_BUCKET, ERR_NO_CREDENTIALS, ERR_UNAVAILABLE,
                                             StorageDenied, StorageUnavailable, StorageUsageError, problem_text)
 from estimator_mnist.storage.urls import split
@@ -86,14 +87,13 @@ def _retry(deadline: Optional[float] = None):
     """The layer's retry: GCS's own predicate (5xx, 429, lost connections), and a token the credentials could
     not get for a reason google-auth calls retryable (RefreshError.retryable: the token endpoint's 5xx, which
     google-auth itself tried 3 times over about 3 s), for RETRY_SECS or `deadline`."""
-    _, _, retry, should_retry = _import_storage()
+    should_retry = _import_storage()[3]
     import google.auth.exceptions as auth_errors  # pylint: disable=import-outside-toplevel
 
     def predicate(exc: BaseException) -> bool:
         return should_retry(exc) or (isinstance(exc, auth_errors.RefreshError) and exc.retryable)
 
-    return retry.Retry(predicate=predicate, initial=0.5, maximum=8.0, multiplier=2.0,
-                       timeout=RETRY_SECS if deadline is None else deadline)
+    return bounded_retry(predicate, RETRY_SECS if deadline is None else deadline)
 
 
 def _refresh_text(exc: BaseException) -> str:

@@ -89,7 +89,7 @@ def test_a_storage_that_keeps_failing_is_unavailable_naming_the_object_exit_200(
     started = time.monotonic()
     with pytest.raises(StorageUnavailable) as error:
         storage.read_json(storage.join(bucket, "down.json"))
-    assert 1.5 < time.monotonic() - started < 30  # backoff 0.5, 1, 2 s: stopped before the next would pass 4 s
+    assert 3.9 < time.monotonic() - started < 30  # retried for the whole bound it names (gcs_retry.py)
     assert isinstance(error.value, RetryableFailure) and isinstance(error.value, OSError)
     assert str(error.value).startswith(f"{bucket}/down.json: the storage failed to serve it for 4 s (")
     gcs_server.proxy.reset()

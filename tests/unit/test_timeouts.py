@@ -25,6 +25,7 @@ TIMED = re.compile(r"(secs|_ms|timeout|grace|deadline|seconds)$|timeout", re.IGN
 NOT_BOUNDS_IN_CODE = {
     ("model_files/checkpoints.py", "poll_secs"): "how often the final evaluation is looked for",
     ("storage/local.py", "FIRST_RETRY_SECS"): "the first pause before a failing disk is asked again",
+    ("storage/gcs_retry.py", "LAST_SLEEP_SECS"): "below it, a bucket retry's last pause is not cut to the time left",
     ("model_files/progress.py", "WRITE_EVERY_SECS"): "how often a progress record is written",
     ("model_files/progress.py", "FRESH_SECS"): "how recent a record must be for its rate to count",
     ("supervise/child_stderr.py", "PARTIAL_LINE_SECS"): "when a partial line is passed on",
