@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import time
 import warnings
-from typing import Callable
+from typing import Callable, Iterator
 
 LAST_SLEEP_SECS = 0.05  # with less than this left, the drawn sleep stands and the retry ends
 
@@ -23,14 +23,23 @@ LAST_SLEEP_SECS = 0.05  # with less than this left, the drawn sleep stands and t
 def bounded_retry(predicate: Callable[[BaseException], bool], timeout: float, initial: float = 0.5,
                   maximum: float = 8.0, multiplier: float = 2.0):
     """A google.api_core Retry on `predicate` that retries for `timeout` seconds, sleeps cut to the time left."""
+    return _bounded_retry_class()(predicate=predicate, initial=initial, maximum=maximum, multiplier=multiplier,
+                                  timeout=timeout)
+
+
+def _cut(drawn: Iterator[float], deadline: float) -> Iterator[float]:
+    """Each sleep drawn, cut to the time left before `deadline` (with too little left, as drawn: the retry ends)."""
+    for sleep in drawn:
+        left = deadline - time.monotonic()
+        yield min(sleep, left) if left > LAST_SLEEP_SECS else sleep
+
+
+@functools.lru_cache(maxsize=None)
+def _bounded_retry_class():
+    """The Retry subclass, made once: google.api_core is imported on the first bucket call, not before."""
     with warnings.catch_warnings():  # google.api_core's FutureWarning on Python 3.11: not the user's concern
         warnings.simplefilter("ignore", FutureWarning)
         from google.api_core import retry  # pylint: disable=import-outside-toplevel
-
-    def sleeps(deadline: float):
-        for drawn in retry.exponential_sleep_generator(initial, maximum, multiplier=multiplier):
-            left = deadline - time.monotonic()
-            yield min(drawn, left) if left > LAST_SLEEP_SECS else drawn
 
     class BoundedRetry(retry.Retry):
         def __call__(self, func, on_error=None):
@@ -38,11 +47,11 @@ def bounded_retry(predicate: Callable[[BaseException], bool], timeout: float, in
 
             @functools.wraps(func)
             def retry_wrapped_func(*args, **kwargs):
-                deadline = time.monotonic() + self._timeout
+                drawn = retry.exponential_sleep_generator(self._initial, self._maximum, multiplier=self._multiplier)
                 return retry.retry_target(functools.partial(func, *args, **kwargs), self._predicate,
-                                          sleeps(deadline), timeout=self._timeout, on_error=on_error)
+                                          _cut(drawn, time.monotonic() + self._timeout), timeout=self._timeout,
+                                          on_error=on_error)
 
             return retry_wrapped_func
 
-    return BoundedRetry(predicate=predicate, initial=initial, maximum=maximum, multiplier=multiplier,
-                        timeout=timeout)
+    return BoundedRetry
