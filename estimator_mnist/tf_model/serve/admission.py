@@ -36,7 +36,7 @@ def images_within(metrics, images: int, limit: int) -> None:
 
 
 @contextmanager
-def refusals(metrics, batcher, served, remaining: float = 0.0):
+def refusals(metrics, batcher, served):
     """The batcher's refusals as Serving's errors: the client's own cap RESOURCE_EXHAUSTED (429), the version's
     queue RESOURCE_EXHAUSTED with 503 (a full queue is this replica's overload, which a load balancer retries
     elsewhere on 503, as it does for Serving's own full batch queue, UNAVAILABLE); a request that could not be
@@ -49,7 +49,7 @@ def refusals(metrics, batcher, served, remaining: float = 0.0):
     except TooLate as exc:
         metrics.refused("deadline")
         raise ServingError("DEADLINE_EXCEEDED", ERR_TOO_LATE.format(images=exc.images, ms=exc.secs * 1000,
-                                                                   left=remaining * 1000)) from None
+                                                                   left=exc.left * 1000)) from None
     except QueueFull:
         metrics.refused("version_queue")
         raise ServingError("RESOURCE_EXHAUSTED", ERR_QUEUE_FULL.format(

@@ -58,11 +58,12 @@ class ClientFull(Exception):
 
 
 class TooLate(Exception):
-    """The client's images ahead and this request's would take longer than its deadline leaves."""
+    """The client's images ahead and this request's (`images`) would take `secs`, more than the `left` seconds
+    its deadline leaves."""
 
-    def __init__(self, images: int, secs: float):
-        super().__init__(images, secs)
-        self.images, self.secs = images, secs
+    def __init__(self, images: int, secs: float, left: float):
+        super().__init__(images, secs, left)
+        self.images, self.secs, self.left = images, secs, left
 
 
 class FairQueue:
@@ -97,9 +98,10 @@ class FairQueue:
         """ClientFull or QueueFull if `images` more of `client` would pass a bound; TooLate if they and the
         client's images ahead of them need more than `remaining` seconds at the model's best pace."""
         mine, most = self._client_images.get(client, 0), self.limits.max_queued_images
-        if remaining is not None and len(self._paces) >= PACE_MIN_CALLS and \
-                (mine + images) * min(self._paces) > remaining:
-            raise TooLate(mine + images, (mine + images) * min(self._paces))
+        if remaining is not None and len(self._paces) >= PACE_MIN_CALLS:
+            needed = (mine + images) * min(self._paces)
+            if needed > remaining:
+                raise TooLate(mine + images, needed, remaining)
         if mine and mine + images > self.limits.max_client_images:
             raise ClientFull()
         if self.queued_images and self.queued_images + images > most:

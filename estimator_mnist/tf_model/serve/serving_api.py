@@ -103,7 +103,7 @@ class ServingApi:
         that could not be answered by `deadline`: said before its inputs are made, so that it costs no work."""
         images_within(self.metrics, images, self.max_images)
         remaining = None if deadline is None else deadline - time.monotonic()
-        with refusals(self.metrics, self.batcher, served, remaining or 0.0):
+        with refusals(self.metrics, self.batcher, served):
             self.batcher.check(served, client, images, remaining)
 
     def submit(self, served: Version, signature_name: str, inputs: Dict[str, np.ndarray], client: str = "") -> Future:
