@@ -23,16 +23,20 @@ run_pytest() {
   return "$status"
 }
 
-# The unit and process tiers run up to 4 tests at once (pytest-xdist): their tests share no port, process or
-# file, and the process tier's mostly wait on stand-in tasks, so 2 cores halve its time (2026-11-26, Zen 4:
-# 264 s -> 135 s; unit 113 s -> 91 s). The e2e tier runs two at once, a module (the Slurm modules together)
-# on one worker (tests/e2e/conftest.py): one at a time it kept the 2 cores 45% idle while tests waited on
-# Slurm, a stall or a lost peer.
-workers=$(nproc 2>/dev/null || echo 1)
-[ "$workers" -gt 4 ] && workers=4
+# The unit and process tiers run several tests at once (pytest-xdist): their tests share no port, process or
+# file. The unit tier's compute, so one per core, at most 4 (2026-11-26, Zen 4: 113 s -> 91 s on 2 cores; a
+# third or fourth worker on 2 cores gained nothing, Xeon family 6 model 207, 2026-11-28). The process tier's
+# mostly wait on stand-in tasks, so two per core, at most 4 (Xeon family 6 model 207, 2026-11-28: 218 s on 2
+# workers, 151 s on 4, 85% of the cores busy). The e2e tier runs two at once, a module (the Slurm modules
+# together) on one worker (tests/e2e/conftest.py): one at a time it kept the 2 cores 45% idle while tests
+# waited on Slurm, a stall or a lost peer; a third worker kept them 91% busy and saved only 50 of 1,165 s.
+cores=$(nproc 2>/dev/null || echo 1)
+workers=$(( cores > 4 ? 4 : cores ))
+waiting_workers=$(( 2 * cores > 4 ? 4 : 2 * cores ))
 tier_options() {
   case "$1" in
-    tests/unit|tests/process) [ "$workers" -gt 1 ] && echo "-n $workers" ;;
+    tests/unit) [ "$workers" -gt 1 ] && echo "-n $workers" ;;
+    tests/process) [ "$waiting_workers" -gt 1 ] && echo "-n $waiting_workers" ;;
     tests/e2e) [ "$workers" -gt 1 ] && echo "-n 2 --dist loadscope" ;;
   esac
   return 0

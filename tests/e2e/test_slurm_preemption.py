@@ -24,8 +24,8 @@ from tests.helpers import REPO
 STEPS = 60
 # Suspension past these (strategy.collective_timeout_secs, launcher.stall_timeout_secs) and past TF's default
 # heartbeat timeout (10 s), then resumed.
-LOWERED = ("strategy.collective_timeout_secs=30", "launcher.stall_timeout_secs=30")
-SUSPEND_SECS = 40
+LOWERED = ("strategy.collective_timeout_secs=20", "launcher.stall_timeout_secs=20")
+SUSPEND_SECS = 25
 
 
 def write_script(slurm, tmp_path, data_dir, overrides=()):

@@ -150,10 +150,12 @@ def test_the_greedy_ensemble_is_one_model_at_least_as_good_as_its_best_member_on
 
 def test_a_real_failure_is_recorded_ctrl_c_stops_everything_and_the_same_sweep_resumes(tmp_path, mnist_data_dir):
     base = tmp_path / "base.yaml"
-    # 1,000 held-out images, not the sweep's 5,000: this trial evaluates 9 checkpoints, and CI time counts. 240
-    # steps: long enough that Ctrl-C, 3 s into its training, comes before its end on the fastest kind at hand.
-    base.write_text(BASE.format(data_dir=mnist_data_dir).replace("max_steps: 60", "max_steps: 240")
-                    + "data: {validation_examples: 1000}\n")
+    # 1,000 held-out images, not the sweep's 5,000, and a checkpoint every 60 steps: CI time counts. 120 steps
+    # slowed by 30 ms each (a sleep, no compute): Ctrl-C, 3 s into its training, comes before its end on the
+    # fastest kind at hand (240 unslowed steps did too, at twice the compute).
+    base.write_text(BASE.format(data_dir=mnist_data_dir).replace("max_steps: 60, save_checkpoints_steps: 30",
+                                                                 "max_steps: 120, save_checkpoints_steps: 60")
+                    + "data: {validation_examples: 1000}\ntasks: {all: {step_delay_ms: 30}}\n")
     # A 1 ms limit on every session call fails the first step: a trial that fails for real.
     args = ["sweep", "--cluster", str(base), "--param", "session.operation_timeout_ms=1,0",
             "--sweep-dir", str(tmp_path / "s")]
