@@ -23,20 +23,18 @@ run_pytest() {
   return "$status"
 }
 
-# The unit and process tiers run several tests at once (pytest-xdist): their tests share no port, process or
-# file. The unit tier's compute, so one per core, at most 4 (2026-11-26, Zen 4: 113 s -> 91 s on 2 cores; a
-# third or fourth worker on 2 cores gained nothing, Xeon family 6 model 207, 2026-11-28). The process tier's
-# mostly wait on stand-in tasks, so two per core, at most 4 (Xeon family 6 model 207, 2026-11-28: 218 s on 2
-# workers, 151 s on 4, 85% of the cores busy). The e2e tier runs two at once, a module (the Slurm modules
-# together) on one worker (tests/e2e/conftest.py): one at a time it kept the 2 cores 45% idle while tests
-# waited on Slurm, a stall or a lost peer; a third worker kept them 91% busy and saved only 50 of 1,165 s.
-cores=$(nproc 2>/dev/null || echo 1)
-workers=$(( cores > 4 ? 4 : cores ))
-waiting_workers=$(( 2 * cores > 4 ? 4 : 2 * cores ))
+# The unit and process tiers run one test per core, at most 4 (pytest-xdist): their tests share no port, process
+# or file (2026-11-26, Zen 4: process 264 s -> 135 s on 2 cores; unit 113 s -> 91 s). More workers than cores
+# did not pay (Xeon family 6 model 207, 2026-11-28): the unit tier took 125 s on 4 against 121 s on 2; the process
+# tier 151 s on 4 against 218 s, but two of its tests failed in one of three runs, their servers too slow under
+# the load to answer in their windows. The e2e tier runs two at once, a module (the Slurm modules together) on
+# one worker (tests/e2e/conftest.py): one at a time it kept the 2 cores 45% idle while tests waited on Slurm, a
+# stall or a lost peer; a third worker kept them 91% busy and saved only 50 of 1,165 s.
+workers=$(nproc 2>/dev/null || echo 1)
+[ "$workers" -gt 4 ] && workers=4
 tier_options() {
   case "$1" in
-    tests/unit) [ "$workers" -gt 1 ] && echo "-n $workers" ;;
-    tests/process) [ "$waiting_workers" -gt 1 ] && echo "-n $waiting_workers" ;;
+    tests/unit|tests/process) [ "$workers" -gt 1 ] && echo "-n $workers" ;;
     tests/e2e) [ "$workers" -gt 1 ] && echo "-n 2 --dist loadscope" ;;
   esac
   return 0

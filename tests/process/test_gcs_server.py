@@ -13,7 +13,7 @@ import sys
 import psutil
 import pytest
 
-from tests.gcs_proxy import GOOGLE_HOSTS
+from tests.gcs_proxy import GOOGLE_HOSTS, TF_AGENT
 from tests.gcs_server import BINARY_SHA256, GcsServer, GcsUnavailable, emulator_binary
 from tests.helpers import REPO
 
@@ -117,7 +117,10 @@ def test_tf_sees_a_missing_bucket_as_not_found(tf_probe):
 def test_tf_reached_only_google_s_storage_names_through_the_proxy(tf_probe):
     assert set(tf_probe["connects"]) == {"www.googleapis.com:443", "storage.googleapis.com:443"}
     assert tf_probe["refused"] == []
-    assert {r.host for r in tf_probe["seen"]} <= set(GOOGLE_HOSTS)
+    # TensorFlow's own requests: a late request of the session's google-cloud-storage client from an earlier test
+    # (named by 127.0.0.1:PORT, the emulator's host it is given) once landed after the probe's reset.
+    from_tf = [r for r in tf_probe["seen"] if TF_AGENT in r.agent]
+    assert from_tf and {r.host for r in from_tf} <= set(GOOGLE_HOSTS)
 
 
 def test_the_proxy_refuses_every_other_destination(gcs_server):
