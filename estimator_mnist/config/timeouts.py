@@ -132,7 +132,8 @@ TIMEOUTS = (
        "at least this long is left to the chief's own exit before its teardown's fires",
        "training ended at step <n> and its results are saved", "0", "tf_task/teardown.py"),
     Bound("training.preemption_grace_secs", TF, "after SIGTERM, on every trainer",
-          "the trainers stop at one step and the chief saves; past the grace the task exits at once",
+          "the trainers stop at one step and the chief saves; past the grace, or once the session is lost (a peer "
+          "left), the task exits at once",
           "training.preemption_grace_secs=<s> s ran out after SIGTERM", R, "tf_task/preemption.py"),
     _c("SIGTERM_BACKSTOP_SECS", PARENT, "after SIGTERM, beyond training.preemption_grace_secs",
        "the TensorFlow process, still there, is killed (MultiWorkerMirrored can ignore SIGTERM)", "", R,

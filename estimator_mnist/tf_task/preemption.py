@@ -11,9 +11,10 @@ Keras and custom loops only, not to Estimator, so:
 - the chief's checkpoint saver writes a checkpoint at that step as training
   ends; every trainer then exits 200 (retryable), all within
   training.preemption_grace_secs;
-- a second SIGTERM (2 s or more after the first), or the grace period running
-  out, ends the task at once with 200; a ps task or the evaluator exits 200
-  at once.
+- a second SIGTERM (2 s or more after the first), the grace period running
+  out, or the training session lost after the SIGTERM (a peer left: no step
+  can be agreed) ends the task at once with 200; a ps task or the evaluator
+  exits 200 at once.
 The code says what the signal stopped: once a task's work is saved (the final
 checkpoint on disk; for the evaluator, the final evaluation recorded), a
 SIGTERM or Ctrl-C ends it with 0, because nothing is left to resume. Before
@@ -124,6 +125,13 @@ class Preemption:
             f"training.preemption_grace_secs={self.grace_secs:g} s")
         threading.Thread(target=self._deadline, name="preemption-deadline", daemon=True).start()
 
+    def session_lost(self) -> None:
+        """The training session was re-created after the SIGTERM and before a stop step was agreed: a peer left
+        (MonitoredSession re-creates it after UnavailableError), so no stop step can be agreed any more, and
+        waiting out the grace would only hold the node."""
+        self._exit("the training session was lost after SIGTERM (a peer left), so the trainers cannot stop at one "
+                   "step")
+
     def _deadline(self) -> None:
         time.sleep(self.grace_secs)
         self._exit(f"training.preemption_grace_secs={self.grace_secs:g} s ran out after SIGTERM")
@@ -164,7 +172,7 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
                  teardown_secs: float = TrainingConfig.teardown_timeout_secs):
         self._preemption, self._writer = preemption, writer
         self._model_dir, self._is_chief, self._teardown_secs = model_dir, is_chief, teardown_secs
-        self._baseline, self._sent = None, False
+        self._baseline, self._sent, self._sessions = None, False, 0
 
     def begin(self):
         self._flags = tf.compat.v1.get_collection(FLAGS)
@@ -175,6 +183,13 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
     def after_create_session(self, session, coord):
         # TensorFlow's own SIGTERM notifier may have replaced the handler while the cluster formed.
         self._preemption.install()
+        self._sessions += 1
+        if self._sessions > 1 and self._preemption.requested_at is not None \
+                and self._preemption.stopped_at_step is None:
+            # After a Slurm node failure the survivors got SIGTERM while re-creating their session in a loop
+            # (TF 2.15: the lost peer's all-reduce fails each one), and held the node for the whole grace
+            # (tests/unit/test_preemption.py, test_slurm_preemption.py's node failure).
+            self._preemption.session_lost()
         self._baseline = float(session.run(self._read))  # a restored checkpoint holds earlier requests
 
     def before_run(self, run_context):

@@ -1,12 +1,13 @@
 """Slurm's own events on the real two-node cluster configured as sites configure it (tests/e2e/slurm_cluster.py:
-PreemptType=preempt/partition_prio, GraceTime=60, no send_user_signal, so only the steps get SIGTERM): a job
-of the higher-priority partition that asks for a node whole preempts the training job, which saves, requeues
-itself at once (REQUEUE mode), resumes and completes with one preemption booked, or ends with one line and
-resumes when submitted again (CANCEL mode); that resubmission's second node lost mid-run (its slurmd,
-slurmstepd and tasks killed) is requeued by Slurm and named in the summary; a job suspended past its lowered
-bounds resumes with no restart and no incident. The REQUEUE job would fail if a stopped task's exit made srun
-send SIG_TERM_KILL (slurmctld retried it 60 s later into the requeued run's step: slurm_task_end.py), the
-suspended one if TF's coordination service kept its 10 s heartbeat timeout (tf_task/strategy.py)."""
+PreemptType=preempt/partition_prio, GraceTime=60, no send_user_signal, so only the steps get SIGTERM): a job of the
+higher-priority partition that asks for a node whole preempts the training job, which saves, requeues itself at
+once (REQUEUE mode), resumes and completes with one preemption booked, or ends with one line and resumes when
+submitted again (CANCEL mode); that resubmission's second node lost mid-run (its slurmd, slurmstepd and tasks
+killed) is requeued by Slurm and named in the summary, the first node's chief leaving at Slurm's SIGTERM since its
+peer is gone; a job suspended past its lowered bounds resumes with no restart and no incident. The REQUEUE job
+would fail if a stopped task's exit made srun send SIG_TERM_KILL (slurmctld retried it 60 s later into the requeued
+run's step: slurm_task_end.py), the suspended one if TF's coordination service kept its 10 s heartbeat timeout
+(tf_task/strategy.py)."""
 
 import json
 import subprocess
@@ -142,4 +143,6 @@ def test_a_cancel_mode_preemption_ends_the_job_and_a_resubmission_survives_a_nod
     assert [e["what"].split(" (")[0] for e in summary["slurm"]["events"]] == ["requeued by Slurm after a node "
                                                                             "failure"], (summary, slurm.logs())
     assert "(n2 DOWN" in summary["slurm"]["events"][0]["what"], summary
+    # n1's chief, its peer gone, left at Slurm's SIGTERM rather than at the end of the grace.
+    assert "task chief:0: the training session was lost after SIGTERM (a peer left)" in output, output[-8000:]
     assert not slurm.processes_left(str(tmp_path))

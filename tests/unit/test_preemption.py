@@ -149,6 +149,44 @@ def test_a_run_stops_at_the_step_of_the_sigterm_and_saves_it(tmp_path, keep_sigt
     assert preemption2.stopped_at_step is None and checkpoints.latest_step(config.model_dir) == stopped + 3
 
 
+def test_a_session_lost_after_a_sigterm_ends_the_task_without_waiting_out_the_grace(tmp_path, keep_sigterm_handler):
+    """Under MultiWorkerMirrored a lost peer fails each step's all-reduce with UnavailableError, and MonitoredSession
+    re-creates the session: before a SIGTERM that is TensorFlow's recovery, after one no stop step can be agreed."""
+    import tensorflow as tf
+
+    images, labels = fake_mnist(128)
+    config = config_from_dict({"cluster": {"chief": ["localhost:1"]}, "run_dir": str(tmp_path / "run"),
+                               "training": {"batch_size_per_replica": 8, "max_steps": 12,
+                                            "save_checkpoints_steps": 4}}, "test")
+    plan = planned(config, TaskId("chief", 0))
+    exits = []
+    preemption = Preemption("chief:0", 60, graceful=True, exit_fn=lambda m, c: exits.append((m, c)))
+    hooks = [h for h in runner.training_hooks(config, plan, preemption=preemption)
+             if not isinstance(h, TeardownWatchdogHook)]  # it would end this process
+
+    class LostPeer(tf.compat.v1.train.SessionRunHook):
+        """The third run fails as a lost peer's all-reduce does; SIGTERM after the fifth; the sixth fails again."""
+        runs, exits_at_sigterm = 0, None
+
+        def after_run(self, run_context, run_values):
+            self.runs += 1
+            if self.runs == 5:
+                self.exits_at_sigterm = list(exits)
+                signal.raise_signal(signal.SIGTERM)  # handled in the main thread, between steps
+            if self.runs in (3, 6):
+                raise tf.errors.UnavailableError(None, None, "Socket closed")
+
+    lost = LostPeer()
+    estimator = runner.build_estimator(config, plan)
+    train_spec, _ = runner.train_and_eval_specs(config, make_dataset=lambda split: dataset_of(images, labels),
+                                                hooks=[lost, *hooks])  # first: it fails the run before the others
+    estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
+    assert lost.exits_at_sigterm == []  # the session re-created before the SIGTERM ended nothing
+    assert exits == [("task chief:0: the training session was lost after SIGTERM (a peer left), so the trainers "
+                      "cannot stop at one step; exiting with 200 (retryable)", 200)]
+    assert preemption.stopped_at_step is None
+
+
 def test_every_trainer_waits_for_the_chief_s_checkpoint_of_the_stop_step_within_a_bound(tmp_path):
     """A worker that exits first gets the chief signalled again under srun --kill-on-bad-exit: it waits."""
     from estimator_mnist.tf_task.preemption import Preemption, wait_for_stop_checkpoint
