@@ -116,16 +116,22 @@ def keep_sigterm_handler():
         signal.signal(sig, handler)
 
 
-def test_a_run_stops_at_the_step_of_the_sigterm_and_saves_it(tmp_path, keep_sigterm_handler):
-    images, labels = fake_mnist(128)
+def chief_run(tmp_path, max_steps, save_checkpoints_steps):
+    """A one-process chief's (config, plan, exits, preemption, its training hooks) with the exit recorded."""
     config = config_from_dict({"cluster": {"chief": ["localhost:1"]}, "run_dir": str(tmp_path / "run"),
-                               "training": {"batch_size_per_replica": 8, "max_steps": 500,
-                                            "save_checkpoints_steps": 200}}, "test")
+                               "training": {"batch_size_per_replica": 8, "max_steps": max_steps,
+                                            "save_checkpoints_steps": save_checkpoints_steps}}, "test")
     plan = planned(config, TaskId("chief", 0))
     exits = []
     preemption = Preemption("chief:0", 60, graceful=True, exit_fn=lambda m, c: exits.append((m, c)))
     hooks = [h for h in runner.training_hooks(config, plan, preemption=preemption)
              if not isinstance(h, TeardownWatchdogHook)]  # it would end this process
+    return config, plan, exits, preemption, hooks
+
+
+def test_a_run_stops_at_the_step_of_the_sigterm_and_saves_it(tmp_path, keep_sigterm_handler):
+    images, labels = fake_mnist(128)
+    config, plan, exits, preemption, hooks = chief_run(tmp_path, 500, 200)
 
     def sigterm_soon():
         while (read_progress(config.run_dir).get("chief:0") or {}).get("local_step", 0) < 1:
@@ -155,14 +161,7 @@ def test_a_session_lost_after_a_sigterm_ends_the_task_without_waiting_out_the_gr
     import tensorflow as tf
 
     images, labels = fake_mnist(128)
-    config = config_from_dict({"cluster": {"chief": ["localhost:1"]}, "run_dir": str(tmp_path / "run"),
-                               "training": {"batch_size_per_replica": 8, "max_steps": 12,
-                                            "save_checkpoints_steps": 4}}, "test")
-    plan = planned(config, TaskId("chief", 0))
-    exits = []
-    preemption = Preemption("chief:0", 60, graceful=True, exit_fn=lambda m, c: exits.append((m, c)))
-    hooks = [h for h in runner.training_hooks(config, plan, preemption=preemption)
-             if not isinstance(h, TeardownWatchdogHook)]  # it would end this process
+    config, plan, exits, preemption, hooks = chief_run(tmp_path, 12, 4)
 
     class LostPeer(tf.compat.v1.train.SessionRunHook):
         """The third run fails as a lost peer's all-reduce does; SIGTERM after the fifth; the sixth fails again."""
