@@ -78,11 +78,6 @@ def cmd_train(args) -> int:
     that is a stop asked for, said as the parent says it (slurm_task_end.py), never a failure of its own."""
     from estimator_mnist.plan.slurm_source import in_slurm_step
     from estimator_mnist.supervise.slurm_task_end import StopAsked, stop_raises, stopped_before_start
-    # What the stop's own load() imports is imported before the window in which a signal raises StopAsked: raised
-    # inside the first `import yaml`, it left yaml half imported, and load() then failed with AttributeError: exit 1
-    # instead of a stop (a Slurm e2e run; tests/process/test_slurm_task_start.py).
-    import yaml  # noqa: F401  pylint: disable=unused-import,import-outside-toplevel
-    from estimator_mnist.config import load_config  # noqa: F401  pylint: disable=unused-import
 
     try:
         with stop_raises(args.spec is None and in_slurm_step(os.environ)):

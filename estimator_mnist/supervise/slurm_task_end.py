@@ -51,6 +51,13 @@ def _raise_stop(signum, _frame):
 def stop_raises(active: bool) -> Iterator[None]:
     """While a task of an srun step resolves its place (the wait for its peers' ports), SIGTERM and SIGINT raise
     StopAsked; afterwards Python's own handling is back, until train's parent installs its handlers."""
+    if active:
+        # What the stop's own config load imports comes before the window: a StopAsked raised inside the first
+        # `import yaml` left yaml half imported, and that load failed (AttributeError: exit 1, not a stop; a
+        # Slurm e2e run, tests/process/test_slurm_task_start.py).
+        # pylint: disable=unused-import,import-outside-toplevel
+        import yaml  # noqa: F401
+        from estimator_mnist.config import load_config  # noqa: F401
     previous = {sig: signal.signal(sig, _raise_stop) for sig in STOP_SIGNALS} if active else {}
     try:
         yield
