@@ -48,9 +48,9 @@ def _import_storage():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         from google.cloud import storage  # pylint: disable=import-outside-toplevel
-        from google.api_core import exceptions, retry  # pylint: disable=import-outside-toplevel
+        from google.api_core import exceptions  # pylint: disable=import-outside-toplevel
         from google.cloud.storage.retry import _should_retry  # pylint: disable=import-outside-toplevel
-    return storage, exceptions, retry, _should_retry
+    return storage, exceptions, _should_retry
 
 
 def client(path: str = "gs://"):
@@ -59,7 +59,7 @@ def client(path: str = "gs://"):
     with _client_lock:
         made = _clients.get(os.getpid())
         if made is None:
-            storage, _, _, _ = _import_storage()
+            storage, _, _ = _import_storage()
             import google.auth.exceptions as auth_errors  # pylint: disable=import-outside-toplevel
             try:
                 # A project only names where new buckets go; this product lists and writes objects only.
@@ -87,7 +87,7 @@ def _retry(deadline: Optional[float] = None):
     """The layer's retry: GCS's own predicate (5xx, 429, lost connections), and a token the credentials could
     not get for a reason google-auth calls retryable (RefreshError.retryable: the token endpoint's 5xx, which
     google-auth itself tried 3 times over about 3 s), for RETRY_SECS or `deadline`."""
-    should_retry = _import_storage()[3]
+    _, _, should_retry = _import_storage()
     import google.auth.exceptions as auth_errors  # pylint: disable=import-outside-toplevel
 
     def predicate(exc: BaseException) -> bool:
@@ -111,7 +111,7 @@ class CredentialsRefused(StorageDenied):
 @contextlib.contextmanager
 def mapped(path: str, writing: bool = False, secs: Optional[float] = None):
     """Google's exceptions as the layer's (errors.py); `secs`: the retry bound the request had."""
-    _, exceptions, _, _ = _import_storage()
+    _, exceptions, _ = _import_storage()
     import google.auth.exceptions as auth_errors  # pylint: disable=import-outside-toplevel
     import requests  # pylint: disable=import-outside-toplevel
     try:
@@ -160,7 +160,7 @@ class GcsStore:
         No bucket, no credentials or credentials the token endpoint refuses (not retryable): StorageUsageError (exit
         2); access refused: StorageDenied naming the URL (exit 1); a storage, or a token endpoint, that fails to
         serve past the retries: StorageUnavailable (exit 200)."""
-        _, exceptions, _, _ = _import_storage()
+        _, exceptions, _ = _import_storage()
         bucket, name = split(path)
         try:
             with mapped(path):
@@ -270,7 +270,7 @@ class GcsStore:
         """Writes the object if its generation is still `version` (0: if it does not exist): the new
         generation, else None (another writer was first). `request_secs` bounds the whole write, retries
         included (a lease's heartbeat), instead of REQUEST_SECS each and RETRY_SECS in all."""
-        _, exceptions, _, _ = _import_storage()
+        _, exceptions, _ = _import_storage()
         blob = self._blob(path)
         try:
             with mapped(path, writing=True, secs=request_secs):
