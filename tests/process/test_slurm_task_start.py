@@ -29,7 +29,8 @@ def stopped_while_waiting(tmp_path, command):
         deadline = time.monotonic() + 60
         while not os.path.exists(port) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.1)  # its own port published: it waits
-        if proc.poll() is None:
+        if proc.poll() is None:  # (ended already: its code and stderr say why)
+            assert os.path.exists(port), "the chief never published its port"
             proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     finally:
