@@ -63,6 +63,13 @@ def test_large_requests_packed_and_as_float_val_do_not_hold_1_image_requests(ser
     channel.close()
 
 
+def _refused(call) -> bool:
+    """UNAVAILABLE because gRPC's core refused the stream unread (HTTP/2's REFUSED_STREAM, code 7)."""
+    import grpc  # pylint: disable=import-outside-toplevel
+
+    return call.code() == grpc.StatusCode.UNAVAILABLE and "error code 7" in call.details()
+
+
 def test_a_flood_of_short_deadline_requests_leaves_service_and_memory_as_they_were(server):
     import grpc  # pylint: disable=import-outside-toplevel
 
@@ -77,15 +84,29 @@ def test_a_flood_of_short_deadline_requests_leaves_service_and_memory_as_they_we
                      grpc.StatusCode.UNAVAILABLE}, {call.details() for call in flood}
     # UNAVAILABLE only for the streams beyond the connection's 16 (STREAMS_PER_CONNECTION): refused unread with
     # HTTP/2's REFUSED_STREAM (code 7), which a client may retry.
-    assert all("error code 7" in call.details() for call in flood if call.code() == grpc.StatusCode.UNAVAILABLE)
+    assert all(_refused(call) for call in flood if call.code() == grpc.StatusCode.UNAVAILABLE)
     started = time.monotonic()
-    predict(predict_bytes(1), timeout=30)
+    other = raw_channel(server.grpc_port)  # another client: answered at its first try
+    other.unary_unary(PREDICT)(predict_bytes(1), timeout=30)
+    other.close()
+    # The flood's own connection: serve frees a stream when its handler has ended, which can be some ms after the
+    # client gave the stream up; so its next stream can be refused unread as well (1 flood in 8, quiet, Xeon
+    # family 6 model 207; a fresh-clone CI run failed on it). A client retries that, as HTTP/2 allows.
+    refused = 0
+    while True:
+        try:
+            predict(predict_bytes(1), timeout=30)
+            break
+        except grpc.RpcError as error:
+            assert _refused(error) and time.monotonic() - started < 3.0, (error.code(), error.details(), refused)
+            refused += 1
+            time.sleep(0.01)
     fresh = time.monotonic() - started
     assert fresh < 3.0
     time.sleep(1.0)
     rss_after = psutil.Process(server.proc.pid).memory_info().rss
-    print(f"flood: {codes}; a fresh Predict then {fresh:.3f} s; RSS {rss_before >> 20} -> "
-          f"{rss_after >> 20} MiB")
+    print(f"flood: {codes}; both clients then answered within {fresh:.3f} s (the flood's refused {refused} times); "
+          f"RSS {rss_before >> 20} -> {rss_after >> 20} MiB")
     assert rss_after < rss_before * 1.3, (rss_before >> 20, rss_after >> 20)
     channel.close()
 
