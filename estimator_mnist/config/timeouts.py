@@ -28,6 +28,7 @@ GROUP_GONE_SECS = 10.0  # launch and sweep: the members of SIGKILLed process gro
 PEER_PROBE_SECS = 3.0  # a peer whose port accepts no connection by then is named as lost
 PORT_RELEASE_SECS = 60.0  # launch: a restarted task's port free again
 PS_OPERATION_TIMEOUT_MS = 60000  # session.operation_timeout_ms: auto under the parameter_server strategies
+PS_STOP_REQUEST_MS = 5000  # a ps task after SIGTERM: its raise of the trainers' stop request, on each ps task
 # TF's coordination service (multi_worker_mirrored): a trainer's heartbeat older than this fails them all. Past any
 # suspension (30 days): stopped time is no lost peer (tf_task/strategy.py says why).
 COORDINATION_HEARTBEAT_TIMEOUT_MS = 30 * 24 * 3600 * 1000
@@ -113,6 +114,9 @@ TIMEOUTS = (
     _c("PS_OPERATION_TIMEOUT_MS", TF, "what session.operation_timeout_ms: auto means under the ps strategies",
        "as session.operation_timeout_ms; also bounds each trainer's report to the ps tasks at its end",
        "task <task> lost <peers>: DeadlineExceededError", R, "plan/task_plan.py"),
+    _c("PS_STOP_REQUEST_MS", TF, "a ps task after SIGTERM: raising the trainers' stop request on each ps task",
+       "that ps task is passed over (it is gone): the trainers stop by their own SIGTERM or lost peer",
+       "could not raise the trainers' stop request", R, "tf_task/ps_preemption.py"),
     _c("COORDINATION_HEARTBEAT_TIMEOUT_MS", TF, "TF's coordination service under multi_worker_mirrored",
        "a trainer's heartbeat this old fails every trainer; set past any suspension of the job, as lost peers are "
        "strategy.collective_timeout_secs's to find", "heartbeat timeout", R, "tf_task/strategy.py"),
@@ -131,9 +135,9 @@ TIMEOUTS = (
     _c("AFTER_FINAL_EVALUATION_SECS", TF, "the chief, after the final evaluation",
        "at least this long is left to the chief's own exit before its teardown's fires",
        "training ended at step <n> and its results are saved", "0", "tf_task/teardown.py"),
-    Bound("training.preemption_grace_secs", TF, "after SIGTERM, on every trainer",
-          "the trainers stop at one step and the chief saves; past the grace, or once the session is lost (a peer "
-          "left), the task exits at once",
+    Bound("training.preemption_grace_secs", TF, "after SIGTERM, on every trainer and ps task",
+          "the trainers stop at one step and the chief saves; a ps task asks them to and serves until they have "
+          "left; past the grace, or once the session is lost (a peer left), the task exits at once",
           "training.preemption_grace_secs=<s> s ran out after SIGTERM", R, "tf_task/preemption.py"),
     _c("SIGTERM_BACKSTOP_SECS", PARENT, "after SIGTERM, beyond training.preemption_grace_secs",
        "the TensorFlow process, still there, is killed (MultiWorkerMirrored can ignore SIGTERM)", "", R,

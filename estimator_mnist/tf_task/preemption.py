@@ -13,8 +13,9 @@ Keras and custom loops only, not to Estimator, so:
   training.preemption_grace_secs;
 - a second SIGTERM (2 s or more after the first), the grace period running
   out, or the training session lost after the SIGTERM (a peer left: no step
-  can be agreed) ends the task at once with 200; a ps task or the evaluator
-  exits 200 at once.
+  can be agreed) ends the task at once with 200; the evaluator exits 200 at
+  once; a ps task raises the counter and stays until the trainers have left
+  (ps_preemption.py).
 The code says what the signal stopped: once a task's work is saved (the final
 checkpoint on disk; for the evaluator, the final evaluation recorded), a
 SIGTERM or Ctrl-C ends it with 0, because nothing is left to resume. Before
@@ -39,6 +40,7 @@ from estimator_mnist.tf_task.teardown import exit_now
 
 FLAGS, COUNTERS, READS = "estimator_mnist_preemption_flags", "estimator_mnist_preemption_counters", \
     "estimator_mnist_preemption_reads"
+COUNTER_NAME = "preemption/requests"  # the shared stop counter's variable (ps_preemption.py raises it by this name)
 REPEAT_SECS = 2.0  # a SIGTERM this soon after the first is the same request (sent to the group and forwarded)
 
 
@@ -132,6 +134,10 @@ class Preemption:
         self._exit("the training session was lost after SIGTERM (a peer left), so the trainers cannot stop at one "
                    "step")
 
+    def leave(self, what: str) -> None:
+        """Ends a task that stayed after its SIGTERM for the others (a ps task, ps_preemption.py)."""
+        self._exit(what)
+
     def _deadline(self) -> None:
         time.sleep(self.grace_secs)
         self._exit(f"training.preemption_grace_secs={self.grace_secs:g} s ran out after SIGTERM")
@@ -156,9 +162,10 @@ def add_preemption_counter() -> None:
     """In model_fn (TRAIN): the shared counter of stop requests, raised by each step's flag."""
     flag = tf.compat.v1.placeholder_with_default(0.0, [], name="preemption_flag")
     # AUTO_REUSE: in-graph replication calls model_fn once per device, for one shared counter.
-    with tf.compat.v1.variable_scope("preemption", reuse=tf.compat.v1.AUTO_REUSE):
+    scope, name = COUNTER_NAME.split("/")
+    with tf.compat.v1.variable_scope(scope, reuse=tf.compat.v1.AUTO_REUSE):
         counter = tf.compat.v1.get_variable(
-            "requests", [], tf.float32, tf.compat.v1.zeros_initializer(), trainable=False,
+            name, [], tf.float32, tf.compat.v1.zeros_initializer(), trainable=False,
             synchronization=tf.VariableSynchronization.ON_WRITE, aggregation=tf.VariableAggregation.SUM)
     tf.compat.v1.add_to_collection(FLAGS, flag)
     tf.compat.v1.add_to_collection(READS, tf.identity(counter.read_value()))

@@ -29,7 +29,7 @@ def _done_queue(ps_index: int):
         return tf.queue.FIFOQueue(1000, [tf.string], shapes=[[]], shared_name=QUEUE_NAME, name="done_queue")
 
 
-def _only(ps_index: int, timeout_ms: int = 0) -> tf.compat.v1.ConfigProto:
+def only_ps(ps_index: int, timeout_ms: int = 0) -> tf.compat.v1.ConfigProto:
     # Without the filter the ps's master would wait for every task of the cluster, finished ones too.
     return tf.compat.v1.ConfigProto(device_filters=[f"/job:ps/replica:0/task:{ps_index}"],
                                     operation_timeout_in_ms=timeout_ms)
@@ -41,7 +41,7 @@ def signal_done(ps_addresses: Sequence[str], name: str, timeout_ms: int, log: Ca
         with tf.Graph().as_default():
             enqueue = _done_queue(index).enqueue(name)
             try:
-                with tf.compat.v1.Session(f"grpc://{address}", config=_only(index, timeout_ms)) as session:
+                with tf.compat.v1.Session(f"grpc://{address}", config=only_ps(index, timeout_ms)) as session:
                     session.run(enqueue)
             except tf.errors.OpError as exc:
                 log(f"{name}: could not tell ps:{index} ({address}) that it finished: {type(exc).__name__}; "
@@ -85,13 +85,16 @@ class PsDoneWatcher:
 
 
 def serve_until_done(server, ps_index: int, watcher: PsDoneWatcher, log: Callable[[str], None],
-                     check_every_secs: float = 5.0) -> None:
-    """Serves the variables (the server runs in the background) until every trainer and the evaluator reported."""
+                     check_every_secs: float = 5.0, stop_asked: Callable[[], bool] = lambda: False) -> bool:
+    """Serves the variables (the server runs in the background) until every trainer and the evaluator reported
+    (True), or until `stop_asked` (False: a SIGTERM, seen within DEQUEUE_TIMEOUT_MS)."""
     with tf.Graph().as_default():
         dequeue = _done_queue(ps_index).dequeue()
-        with tf.compat.v1.Session(server.target, config=_only(ps_index)) as session:
+        with tf.compat.v1.Session(server.target, config=only_ps(ps_index)) as session:
             last_check = 0.0
             while not watcher.done:
+                if stop_asked():
+                    return False
                 try:
                     name = session.run(dequeue, options=tf.compat.v1.RunOptions(timeout_in_ms=DEQUEUE_TIMEOUT_MS))
                     watcher.heard(name.decode())
@@ -101,3 +104,4 @@ def serve_until_done(server, ps_index: int, watcher: PsDoneWatcher, log: Callabl
                 if time.monotonic() - last_check >= check_every_secs:
                     last_check = time.monotonic()
                     watcher.check()
+    return True

@@ -4,7 +4,8 @@
   has finished; the checkpointing task of a cluster with an evaluator then
   waits for the evaluation of the final checkpoint (evaluation.final_timeout_secs);
 - a ps task serves the variables until every trainer and the evaluator have
-  reported (ps_done.py), then exits 0;
+  reported (ps_done.py), then exits 0; after a SIGTERM, until the trainers
+  have stopped (ps_preemption.py);
 - the evaluator scores checkpoints until the final one, then reports to the ps tasks.
 """
 
@@ -20,7 +21,8 @@ from estimator_mnist.errors import RETRYABLE_NOTE, PermanentFailure, RetryableFa
 from estimator_mnist.tf_task.evaluator import evaluate_checkpoints
 from estimator_mnist.tf_task.hooks import log
 from estimator_mnist.tf_task.ps_done import PsDoneWatcher, serve_until_done, signal_done
-from estimator_mnist.tf_task.preemption import mark_if_saved, wait_for_stop_checkpoint
+from estimator_mnist.tf_task.preemption import Preemption, mark_if_saved, wait_for_stop_checkpoint
+from estimator_mnist.tf_task.ps_preemption import stop_with_the_trainers
 from estimator_mnist.plan.task_plan import TaskPlan
 from estimator_mnist.tf_task.tf_workarounds import poll_for_ready_model_quickly, remove_collective_scratch
 
@@ -126,8 +128,9 @@ def run_trainer(config: Config, plan: TaskPlan, estimator, train_spec, eval_spec
         wait_for_final_evaluation(config, plan)
 
 
-def run_ps(config: Config, plan: TaskPlan, estimator) -> None:
-    """Estimator's own ps role is server.join(), which never returns; this one ends when the run does."""
+def run_ps(config: Config, plan: TaskPlan, estimator, preemption: Preemption) -> None:
+    """Estimator's own ps role is server.join(), which never returns; this one ends when the run does, or after
+    a SIGTERM once the trainers have stopped (ps_preemption.py)."""
     run_config = estimator.config
     server = tf.distribute.Server(
         run_config.cluster_spec, job_name="ps", task_index=plan.task.index, start=True,
@@ -137,7 +140,10 @@ def run_ps(config: Config, plan: TaskPlan, estimator) -> None:
     watcher = PsDoneWatcher(expected, trainers, config.training.ps_idle_timeout_secs,
                             config.evaluation.final_timeout_secs)
     log(f"task {plan.task}: serving the variables until {', '.join(expected)} have finished")
-    serve_until_done(server, plan.task.index, watcher, log)
+    if not serve_until_done(server, plan.task.index, watcher, log,
+                            stop_asked=lambda: preemption.requested_at is not None):
+        stop_with_the_trainers(preemption, server.target, len(config.cluster.ps), trainers, log)
+        return
     log(f"task {plan.task}: every trainer{' and the evaluator' if config.cluster.evaluator else ''} finished")
 
 

@@ -230,7 +230,8 @@ def run_task(spec: TaskSpec, priority: str = "unchanged", ready_fd=None) -> int:
         return 0
     storage.makedirs(config.model_dir)  # a no-op on a bucket, where names need no directory
     _configure_logging(task)
-    preemption = Preemption(str(task), config.training.preemption_grace_secs, graceful=task.is_trainer,
+    # Graceful: a trainer stops at the step all agree on; a ps task stays until they have (ps_preemption.py).
+    preemption = Preemption(str(task), config.training.preemption_grace_secs, graceful=not task.is_evaluator,
                             # A process that evaluates itself has more to do after its final checkpoint.
                             saved=lambda: checkpoints.work_saved(config.model_dir, config.training.max_steps,
                                                                  evaluates=task.is_evaluator or plan.evaluates_itself))
@@ -254,7 +255,7 @@ def run_task(spec: TaskSpec, priority: str = "unchanged", ready_fd=None) -> int:
             if task.is_evaluator:
                 run_evaluator(config, plan, estimator, eval_spec)
             elif task.type == "ps":
-                run_ps(config, plan, estimator)
+                run_ps(config, plan, estimator, preemption)
             else:
                 run_trainer(config, plan, estimator, train_spec, eval_spec, preemption)
     except (*TRANSIENT_ERRORS, tf.errors.PermissionDeniedError, tf.errors.UnauthenticatedError) as exc:

@@ -1,5 +1,6 @@
-"""Preemption with real clusters: a SIGTERM to one trainer stops every trainer at the same step, the chief
-saves it, all exit 200 within the grace period, and starting the tasks again resumes from that checkpoint."""
+"""Preemption with real clusters: a SIGTERM to one task (a trainer, or the ps task) stops every trainer at the same
+step, the chief saves it, all exit 200 within the grace period, and starting the tasks again resumes from that
+checkpoint."""
 
 import os
 import re
@@ -63,32 +64,41 @@ class Tasks:
 
 # The signalled trainer is not the chief here: a SIGTERM the chief gets beside its peers, as Slurm and Kubernetes
 # send it, is test_slurm.py's scancel (every task at once) and test_restart_budget_pods.py's (the chief alone).
-@pytest.mark.parametrize("template, victim", [(MWMS, "worker:0"), (PS, "worker:0")], ids=["mwms-worker", "ps-worker"])
-def test_sigterm_to_one_trainer_stops_all_at_a_saved_step_and_a_restart_resumes(tmp_path, mnist_data_dir,
-                                                                                 template, victim):
+# Under parameter_server the ps task alone is signalled (Kubernetes draining its node): the trainers, which got no
+# SIGTERM, stop at the request it raises, and it stays until they have left (ps_preemption.py); a trainer's own
+# request works under it as under MultiWorkerMirrored (the same counter, on the ps task).
+@pytest.mark.parametrize("template, victim", [(MWMS, "worker:0"), (PS, "ps:0")], ids=["mwms-worker", "ps-ps"])
+def test_sigterm_to_one_task_stops_all_trainers_at_a_saved_step_and_a_restart_resumes(tmp_path, mnist_data_dir,
+                                                                                      template, victim):
     tasks = Tasks(tmp_path, template, mnist_data_dir)
     trainers = ["chief:0", "worker:0"]
+    every = (["ps:0"] if template is PS else []) + trainers
     try:
-        tasks.start(*(["ps:0"] if template is PS else []), *trainers)
+        tasks.start(*every)
         deadline = time.monotonic() + 300
         while (latest_step(str(tmp_path / "run" / "model")) or 0) < 20 and time.monotonic() < deadline:
             time.sleep(0.2)
-        logged = read_progress(str(tmp_path / "run"))[victim]["global_step"]
+        records = read_progress(str(tmp_path / "run"))
+        logged = max([latest_step(str(tmp_path / "run" / "model"))] +
+                     [records[t]["global_step"] or 0 for t in trainers if t in records])
         tasks.procs[victim].send_signal(signal.SIGTERM)  # to the process Kubernetes would signal: train's parent
-        ended = tasks.wait(trainers, timeout=GRACE + 30)
+        ended = tasks.wait(every, timeout=GRACE + 30)
         print(f"SIGTERM to {victim} at step {logged}: exits after {ended} s")
-        assert {t: tasks.procs[t].returncode for t in trainers} == {"chief:0": 200, "worker:0": 200}, \
-            {t: tasks.log(t)[-2500:] for t in trainers}
+        assert {t: tasks.procs[t].returncode for t in every} == {t: 200 for t in every}, \
+            {t: tasks.log(t)[-2500:] for t in every}
         assert max(ended.values()) <= GRACE
         saved = latest_step(str(tmp_path / "run" / "model"))
         assert saved >= logged and saved < STEPS
         # The chief wrote the checkpoint of the step it stopped at (asynchronous workers may stop a step apart).
         assert re.search(rf"task chief:0 preempted: stopped at step {saved}, latest checkpoint \S+-{saved}\b",
                          tasks.log("chief:0"))
+        if victim == "ps:0":  # it raised the request, and left once the trainers had (their ports closed)
+            assert "asked the trainers to stop at one step" in tasks.log("ps:0")
+            assert "task ps:0: SIGTERM, and every trainer has left; exiting with 200" in tasks.log("ps:0")
 
-        tasks.start(*trainers)
-        tasks.wait(trainers, timeout=400)
-        assert {t: tasks.procs[t].returncode for t in trainers} == {"chief:0": 0, "worker:0": 0}
+        tasks.start(*every)
+        tasks.wait(every, timeout=400)
+        assert {t: tasks.procs[t].returncode for t in every} == {t: 0 for t in every}
         assert re.search(rf"Restoring parameters from .*model\.ckpt-{saved}\b", tasks.log("chief:0"))
         assert latest_step(str(tmp_path / "run" / "model")) >= STEPS
     finally:

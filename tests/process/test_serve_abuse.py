@@ -67,7 +67,7 @@ def _refused(call) -> bool:
     """UNAVAILABLE because gRPC's core refused the stream unread (HTTP/2's REFUSED_STREAM, code 7)."""
     import grpc  # pylint: disable=import-outside-toplevel
 
-    return call.code() == grpc.StatusCode.UNAVAILABLE and "error code 7" in call.details()
+    return call.code() == grpc.StatusCode.UNAVAILABLE and f"error code {int(REFUSED_STREAM)}" in call.details()
 
 
 def test_a_flood_of_short_deadline_requests_leaves_service_and_memory_as_they_were(server):

@@ -48,6 +48,7 @@ NOT_BOUNDS_IN_CODE = {
     ("tf_model/serve/batcher.py", "TIMEOUT_SECS"): "serve --batch-timeout-ms's default: a batching window",
     ("tf_model/serve/versions.py", "POLL_SECS"): "how often serve looks for a newer export",
     ("tf_task/evaluator.py", "EVAL_POLL_SECS"): "how often the evaluator looks for a checkpoint",
+    ("tf_task/ps_preemption.py", "POLL_SECS"): "how often a ps task after SIGTERM looks whether the trainers left",
     ("tf_task/hooks.py", "delay_secs"): "tasks.<task>.step_delay_ms, a rehearsal",
     ("tf_task/preemption.py", "REPEAT_SECS"): "a second SIGTERM within it is the same request",
     ("tf_task/ps_done.py", "DEQUEUE_TIMEOUT_MS"): "how often a ps task looks at its done queue",
