@@ -56,9 +56,17 @@ def stop_with_the_trainers(preemption: Preemption, target: str, ps_count: int, t
                            log: Callable[[str], None], probe=missing_peers, sleep=time.sleep) -> None:
     """After this ps task's SIGTERM: asks the trainers to stop, then exits once every one of them has left.
     Preemption's own deadline ends the task if they have not within the grace."""
-    raised = raise_stop_request(target, ps_count, log)
-    log(f"task {preemption.task}: SIGTERM: {'asked the trainers to stop at one step; ' if raised else ''}"
-        f"serving the variables until {', '.join(name for name, _ in trainers)} have left")
-    while len(probe(trainers)) < len(trainers):
+    log(f"task {preemption.task}: SIGTERM: serving the variables until "
+        f"{', '.join(name for name, _ in trainers)} have left")
+    raised, tries = False, 0
+    while True:
+        # Asked again until it is raised: trainers still building their session create the counter later.
+        if not raised:
+            raised = raise_stop_request(target, ps_count, log if tries == 0 else lambda _: None)
+            tries += 1
+            if raised:
+                log(f"task {preemption.task}: asked the trainers to stop at one step")
+        if len(probe(trainers)) >= len(trainers):
+            break
         sleep(POLL_SECS)
     preemption.leave("SIGTERM, and every trainer has left")

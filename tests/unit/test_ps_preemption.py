@@ -43,8 +43,27 @@ def test_a_ps_task_raises_the_counter_the_trainers_built_and_leaves_once_they_ha
     assert _trainers_counter(ps_server.target, create=False) == 1.0  # every trainer's next step sees it risen
     assert len(sleeps) == 2 and exits == [("task ps:0: SIGTERM, and every trainer has left; exiting with 200 "
                                            "(retryable)", 200)]
-    assert logged == ["task ps:0: SIGTERM: asked the trainers to stop at one step; serving the variables until "
-                      "chief:0, worker:0 have left"]
+    assert logged == ["task ps:0: SIGTERM: serving the variables until chief:0, worker:0 have left",
+                      "task ps:0: asked the trainers to stop at one step"]
+
+
+def test_a_counter_the_trainers_create_after_the_sigterm_is_raised_once_it_is_there():
+    [port] = free_ports(1)
+    server = tf.distribute.Server(tf.train.ClusterSpec({"ps": [f"localhost:{port}"]}), job_name="ps", task_index=0)
+    logged, exits = [], []
+    preemption = Preemption("ps:0", 60.0, graceful=True, exit_fn=lambda m, c: exits.append((m, c)))
+    sleeps = []
+
+    def sleep(secs):  # the trainers create the counter while the ps task waits, at its first sleep
+        sleeps.append(secs)
+        if len(sleeps) == 1:
+            _trainers_counter(server.target, create=True)
+
+    gone = iter([[], [], ["chief:0 (localhost:1)", "worker:0 (localhost:2)"]])
+    stop_with_the_trainers(preemption, server.target, 1, TRAINERS, logged.append, probe=lambda peers: next(gone),
+                           sleep=sleep)
+    assert _trainers_counter(server.target, create=False) == 1.0  # raised after the first sleep
+    assert logged[-1] == "task ps:0: asked the trainers to stop at one step" and len(exits) == 1
 
 
 def test_the_serving_loop_ends_when_a_stop_is_asked_and_not_before_every_report(ps_server):
