@@ -92,7 +92,7 @@ def test_a_second_sigterm_ends_the_task_at_once_with_200():
     assert exits == [("task worker:0: a second SIGTERM; exiting with 200 (retryable)", 200)]
 
 
-def test_a_task_that_does_not_stop_gracefully_the_evaluator_exits_200_at_once():
+def test_a_task_that_does_not_stop_gracefully_as_the_evaluator_exits_200_at_once():
     preemption, exits, _ = make(graceful=False)
     preemption.on_sigterm()
     assert exits == [("task worker:0: SIGTERM; exiting with 200 (retryable)", 200)]

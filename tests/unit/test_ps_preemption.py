@@ -5,7 +5,7 @@ own model_fn builds, found by its name), ends its serving loop when asked, and l
 import pytest
 import tensorflow as tf
 
-from estimator_mnist.tf_task.preemption import Preemption, add_preemption_counter
+from estimator_mnist.tf_task.preemption import READS, Preemption, add_preemption_counter
 from estimator_mnist.tf_task.ps_done import PsDoneWatcher, serve_until_done
 from estimator_mnist.tf_task.ps_preemption import raise_stop_request, stop_with_the_trainers
 from tests.helpers import free_ports
@@ -13,10 +13,14 @@ from tests.helpers import free_ports
 TRAINERS = [("chief:0", "localhost:1"), ("worker:0", "localhost:2")]
 
 
-@pytest.fixture(scope="module")
-def ps_server():
+def _new_ps_server():
     [port] = free_ports(1)
     return tf.distribute.Server(tf.train.ClusterSpec({"ps": [f"localhost:{port}"]}), job_name="ps", task_index=0)
+
+
+@pytest.fixture(scope="module")
+def ps_server():
+    return _new_ps_server()
 
 
 def _trainers_counter(target: str, create: bool) -> float:
@@ -24,7 +28,7 @@ def _trainers_counter(target: str, create: bool) -> float:
     with tf.Graph().as_default():
         with tf.compat.v1.device("/job:ps/replica:0/task:0"):
             add_preemption_counter()
-        [read] = tf.compat.v1.get_collection("estimator_mnist_preemption_reads")
+        [read] = tf.compat.v1.get_collection(READS)
         with tf.compat.v1.Session(target) as session:
             if create:
                 session.run(tf.compat.v1.global_variables_initializer())
@@ -48,8 +52,7 @@ def test_a_ps_task_raises_the_counter_the_trainers_built_and_leaves_once_they_ha
 
 
 def test_a_counter_the_trainers_create_after_the_sigterm_is_raised_once_it_is_there():
-    [port] = free_ports(1)
-    server = tf.distribute.Server(tf.train.ClusterSpec({"ps": [f"localhost:{port}"]}), job_name="ps", task_index=0)
+    server = _new_ps_server()  # one whose counter does not exist yet
     logged, exits = [], []
     preemption = Preemption("ps:0", 60.0, graceful=True, exit_fn=lambda m, c: exits.append((m, c)))
     sleeps = []
