@@ -33,6 +33,18 @@ def has_mark(model_dir: str) -> bool:
     return storage.exists(mark_file(model_dir))
 
 
+def mark_step(model_dir: str) -> Optional[int]:
+    """The step the mark records, without taking it; None where there is no mark or it is torn. A mark the
+    storage refuses or fails to serve raises as in take_mark."""
+    text = read_strict(mark_file(model_dir))
+    try:
+        mark = json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+    step = mark.get("step") if isinstance(mark, dict) else None
+    return step if isinstance(step, int) else None
+
+
 def take_mark(model_dir: str, checkpoint_step: Optional[int]) -> Optional[dict]:
     """The preemption the mark records, if it is the newest checkpoint's; the mark is removed either way.
     A mark the storage refuses or fails to serve raises the layer's one line (PermanentFailure, RetryableFailure)."""

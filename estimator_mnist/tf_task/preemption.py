@@ -33,8 +33,8 @@ import tensorflow as tf
 
 from estimator_mnist.model_files import checkpoints
 from estimator_mnist.config.schema import TrainingConfig
-from estimator_mnist.errors import RETRYABLE_EXIT_CODE, SUCCESS_EXIT_CODE
-from estimator_mnist.model_files.preemption_mark import has_mark, write_mark
+from estimator_mnist.errors import RETRYABLE_EXIT_CODE, SUCCESS_EXIT_CODE, RetryableFailure
+from estimator_mnist.model_files.preemption_mark import mark_step, write_mark
 from estimator_mnist.tf_task.hooks import log
 from estimator_mnist.tf_task.teardown import exit_now
 
@@ -44,14 +44,20 @@ COUNTER_NAME = "preemption/requests"  # the shared stop counter's variable (ps_p
 REPEAT_SECS = 2.0  # a SIGTERM this soon after the first is the same request (sent to the group and forwarded)
 
 
-def _stop_saved(model_dir: str, step: int, marked: bool) -> bool:
+def _stop_saved(model_dir: str, step: int, marked: bool, session_step: Optional[int] = None) -> bool:
     latest = checkpoints.latest_step(model_dir)
-    if latest is None or latest < step:
+    if latest is None:
         return False
+    if not marked or latest > step:
+        return latest >= step
     try:
-        return not marked or latest > step or has_mark(model_dir)
-    except OSError:  # a storage that fails to answer now: looked at again at the next poll
+        mark = mark_step(model_dir)
+    except (OSError, RetryableFailure):  # a storage that fails to answer now: looked at again at the next poll
         return False
+    # The chief's mark of the newest checkpoint. Under the ps strategies the trainers step on their own: a
+    # worker's last step can come after the chief's final save (stopped at 32, saved 32, the chief at 31; seen in
+    # CI), so a mark past this trainer's session start is this stop's, whatever step the worker read.
+    return mark == latest and (latest >= step or (session_step is not None and latest > session_step))
 
 
 def wait_for_stop_checkpoint(preemption: "Preemption", model_dir: str, secs: float, sleep=time.sleep,
@@ -62,19 +68,22 @@ def wait_for_stop_checkpoint(preemption: "Preemption", model_dir: str, secs: flo
     busy cores); the stop then lost the step, and the restart budget counted it as a failure. `marked`: the
     trainers other than the chief wait for its mark too (mark_if_saved), written just after the checkpoint."""
     deadline = clock() + secs
-    while clock() < deadline and not _stop_saved(model_dir, preemption.stopped_at_step, marked):
+    while clock() < deadline and not _stop_saved(model_dir, preemption.stopped_at_step, marked,
+                                                 preemption.session_step):
         sleep(0.2)
 
 
 def mark_if_saved(preemption: "Preemption", model_dir: str) -> None:
     """The writer's mark (preemption_mark.py): asked to stop, its stop step saved, so the restart budget counts
-    no incident for it. Written once, by whichever path ends the chief first: the hook's thread or run_trainer
-    (the two raced in a real Slurm run; tests/unit/test_preemption.py pins the once)."""
+    no incident for it. Called once the chief's final save is done (StopSaveListener); the mark names the step
+    saved, which is past the chief's own stop step when a ps strategy's worker stepped once more. Written once,
+    by whichever path ends the chief first: the hook's thread or run_trainer (the two raced in a real Slurm run;
+    tests/unit/test_preemption.py pins the once)."""
     with preemption.mark_lock:
-        step = preemption.stopped_at_step
-        if step is not None and preemption.marked_step != step and checkpoints.latest_step(model_dir) == step:
-            write_mark(model_dir, step, preemption.task)
-            preemption.marked_step = step
+        step, latest = preemption.stopped_at_step, checkpoints.latest_step(model_dir)
+        if step is not None and preemption.marked_step is None and latest is not None and latest >= step:
+            write_mark(model_dir, latest, preemption.task)
+            preemption.marked_step = latest
 
 
 class Preemption:
@@ -91,6 +100,8 @@ class Preemption:
         self.stopped_at_step: Optional[int] = None
         self.marked_step: Optional[int] = None  # the step whose mark this process wrote (mark_if_saved)
         self.mark_lock = threading.Lock()
+        self.session_step: Optional[int] = None  # the global step when the training session was (re)created
+        self.final_save = threading.Event()  # the chief's: its checkpoint saver's save at training's end is done
         self._exit_fn, self._clock, self._saved = exit_fn, clock, saved
 
     def install(self) -> None:
@@ -181,6 +192,14 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
         self._model_dir, self._is_chief, self._teardown_secs = model_dir, is_chief, teardown_secs
         self._baseline, self._sent, self._sessions = None, False, 0
 
+    @property
+    def preemption(self) -> Preemption:
+        return self._preemption
+
+    @property
+    def is_chief(self) -> bool:
+        return self._is_chief
+
     def begin(self):
         self._flags = tf.compat.v1.get_collection(FLAGS)
         self._counter = tf.compat.v1.get_collection(COUNTERS)[0]
@@ -198,6 +217,7 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
             # (tests/unit/test_preemption.py, test_slurm_preemption.py's node failure).
             self._preemption.session_lost()
         self._baseline = float(session.run(self._read))  # a restored checkpoint holds earlier requests
+        self._preemption.session_step = int(session.run(self._step))
 
     def before_run(self, run_context):
         flag = self._preemption.flag if not self._sent else 0.0
@@ -224,6 +244,24 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
         wait_for_stop_checkpoint(self._preemption, self._model_dir, self._preemption.grace_secs,
                                  marked=not self._is_chief)
         if self._is_chief:
+            # This hook's end comes before the saver's: a checkpoint at the stop step can be a periodic one, with
+            # the final save (a ps worker's step later) still to come.
+            self._preemption.final_save.wait(self._preemption.grace_secs)
             mark_if_saved(self._preemption, self._model_dir)
         time.sleep(self._teardown_secs)
         self._preemption.exit_after_stop(checkpoints.latest_checkpoint(self._model_dir))
+
+
+class StopSaveListener(tf.estimator.CheckpointSaverListener):
+    """The chief's: tells its Preemption that the saver's final save, at training's end, is done."""
+
+    def __init__(self, preemption: Preemption):
+        self._preemption = preemption
+
+    def end(self, session, global_step_value):
+        self._preemption.final_save.set()
+
+
+def stop_save_listeners(hooks) -> list:
+    """A StopSaveListener for the chief's PreemptionHook among `hooks` (none for other tasks)."""
+    return [StopSaveListener(hook.preemption) for hook in hooks if isinstance(hook, PreemptionHook) and hook.is_chief]

@@ -30,7 +30,7 @@ from estimator_mnist.tf_task.hooks import ProgressHook, ReadyHook, ThroughputSum
 from estimator_mnist.tf_task.save_times import save_times_listeners, saves_recorded
 from estimator_mnist.tf_task.model import model_fn
 from estimator_mnist.plan.peers import cause_of, missing_peers, named_in, peers_of
-from estimator_mnist.tf_task.preemption import Preemption, PreemptionHook
+from estimator_mnist.tf_task.preemption import Preemption, PreemptionHook, stop_save_listeners
 from estimator_mnist.model_files.progress import ProgressWriter, fresh_rates, progress_path
 from estimator_mnist.tf_task.roles import DoneSignalHook, finish_training, run_evaluator, run_ps, run_trainer
 from estimator_mnist.tf_task.step_watchdog import StepWatchdogHook
@@ -250,8 +250,8 @@ def run_task(spec: TaskSpec, priority: str = "unchanged", ready_fd=None) -> int:
         # before TensorFlow's import (tf_task/__main__.py), leaves it alone from now on and scans only what is new.
         gc.freeze()
         gc.enable()
-        # The task that saves the checkpoints records each save's times in its progress record (save_times.py).
-        with without_autograph(), saves_recorded(save_times_listeners(hooks)):
+        # The saving task records each save's times (save_times.py); its preemption, when the final save is done.
+        with without_autograph(), saves_recorded(save_times_listeners(hooks) + stop_save_listeners(hooks)):
             if task.is_evaluator:
                 run_evaluator(config, plan, estimator, eval_spec)
             elif task.type == "ps":

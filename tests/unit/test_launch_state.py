@@ -20,7 +20,7 @@ class StandInGroup:
     """TaskGroup.start, with made-up pids: 101, 102, ..."""
 
     def __init__(self):
-        self.started = []
+        self.started, self.processes = [], {}
 
     def start(self, task):
         self.started.append(task)
@@ -114,3 +114,50 @@ def test_a_run_with_nothing_to_do_has_no_tasks_timings_or_accuracy_beyond_its_re
     assert summary["accuracy"] is None and summary["global_step"] is None and summary["seconds_to_first_step"] is None
     assert summary["seconds_to_exit"] == 0.5
 
+
+
+def test_a_final_evaluation_slower_than_the_stall_limit_is_no_stall_but_a_hung_chief_still_is(tmp_path):
+    from estimator_mnist import storage
+    from estimator_mnist.config import config_from_dict
+    from estimator_mnist.model_files import layout
+    from estimator_mnist.model_files.progress import ProgressWriter, progress_path
+    from estimator_mnist.supervise.launch.supervisor import TaskFailure
+    import pytest
+
+    config = config_from_dict({"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"],
+                                           "evaluator": "localhost"},
+                               "training": {"max_steps": 80, "save_checkpoints_steps": 40},
+                               "launcher": {"stall_timeout_secs": 15}, "evaluation": {"final_timeout_secs": 600},
+                               "run_dir": str(tmp_path)}, "t.yaml")
+    monitor = Monitor(config, now=0.0)
+    evaluator = SimpleNamespace(running=True)
+    group = SimpleNamespace(processes={TaskId("evaluator", 0): evaluator}, log_dir="logs")
+    supervisor = Supervisor(config, group, monitor, Console(io.StringIO()))
+    supervisor.group_started = 0.0
+    monitor.track(CHIEF, os.getpid())  # the record below is this process's, as the chief's is its own
+    now = [1000.0]
+    writer = ProgressWriter(progress_path(config.records_dir, CHIEF), str(CHIEF), 32, clock=lambda: now[0])
+    writer.step(80, 0.05)
+    monitor.update(now[0])
+    writer.finish(80)  # the chief's hook ends training; it now waits for the final evaluation (roles.py)
+    monitor.update(1001.0)
+    assert supervisor.awaiting_final_evaluation()
+    supervisor._check_stall(1016.1)  # pylint: disable=protected-access; the evaluation runs 16 s (CI, Xeon)
+    supervisor._check_stall(1000.0 + 15 + 600)  # pylint: disable=protected-access
+    with pytest.raises(TaskFailure, match=r"no task made progress for 615 s .*evaluation.final_timeout_secs, while "
+                                          r"the chief waits for the final evaluation"):
+        supervisor._check_stall(1000.0 + 15 + 600 + 1)  # pylint: disable=protected-access; hung past its bound
+
+    storage.append_line(layout.eval_results_file(config.model_dir),
+                        json.dumps({"global_step": 80, "accuracy": 0.98, "loss": 0.05}))
+    monitor.update(1017.0)  # the final evaluation is recorded: the stall clock starts again from it
+    assert not supervisor.awaiting_final_evaluation()
+    supervisor._check_stall(1032.0)  # pylint: disable=protected-access
+    with pytest.raises(TaskFailure, match="no task made progress for 15 s"):
+        supervisor._check_stall(1032.1)  # pylint: disable=protected-access; a chief that hangs in its teardown
+
+    monitor.evaluations = []  # as if the score were not there: the running evaluator alone adds the bound
+    storage.remove(layout.eval_results_file(config.model_dir), missing_ok=True)
+    assert supervisor.stall_limit() == 615
+    evaluator.running = False  # an evaluator that ended without the final evaluation: the stall limit as always
+    assert supervisor.stall_limit() == 15

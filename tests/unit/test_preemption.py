@@ -11,7 +11,8 @@ from tests.helpers import planned
 from estimator_mnist.model_files import checkpoints
 from estimator_mnist.tf_task import runner
 from estimator_mnist.config import TaskId, config_from_dict
-from estimator_mnist.tf_task.preemption import Preemption
+from estimator_mnist.tf_task.preemption import Preemption, stop_save_listeners
+from estimator_mnist.tf_task.save_times import saves_recorded
 from estimator_mnist.model_files.progress import read_progress
 from estimator_mnist.tf_task.teardown import TeardownWatchdogHook
 from tests.unit.fakes import dataset_of, fake_mnist
@@ -142,10 +143,12 @@ def test_a_run_stops_at_the_step_of_the_sigterm_and_saves_it(tmp_path, keep_sigt
     estimator = runner.build_estimator(config, plan)
     train_spec, _ = runner.train_and_eval_specs(config, make_dataset=lambda split: dataset_of(images, labels),
                                                 hooks=hooks)
-    estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
+    with saves_recorded(stop_save_listeners(hooks)):  # as runner.run_task does
+        estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
     stopped = preemption.stopped_at_step
     assert stopped is not None and 1 <= stopped < 500
     assert checkpoints.latest_step(config.model_dir) == stopped  # the chief saved the stop step
+    assert preemption.final_save.is_set()  # the saver's end told it (the mark waits for that)
     assert read_progress(config.run_dir)["chief:0"]["preempted_at"] == stopped
     # A restart: the counter restored from the checkpoint is the new baseline, so training goes on.
     preemption2 = Preemption("chief:0", 60, graceful=True, exit_fn=lambda m, c: exits.append((m, c)))
@@ -215,6 +218,40 @@ def test_every_trainer_waits_for_the_chief_s_checkpoint_of_the_stop_step_within_
     slept.clear()
     wait_for_stop_checkpoint(preemption, str(tmp_path), 1, sleep=sleep, clock=lambda: now[0], marked=True)
     assert slept == []
+
+
+def test_under_a_ps_strategy_a_worker_that_stepped_past_the_chief_s_final_save_takes_its_mark(tmp_path):
+    """Asynchronous trainers read the global step on their own: in CI the chief stopped at 31, its final save
+    held the worker's step 32, and the worker, stopped at 32, waited its whole grace for a mark of step 32 that
+    the chief (looking for its own 31) never wrote."""
+    from estimator_mnist.model_files import preemption_mark
+    from estimator_mnist.tf_task.preemption import mark_if_saved, wait_for_stop_checkpoint
+
+    def saved(step):
+        (tmp_path / f"model.ckpt-{step}.index").write_bytes(b"x")
+        (tmp_path / "checkpoint").write_text(f'model_checkpoint_path: "model.ckpt-{step}"\n')
+
+    saved(20)
+    preemption_mark.write_mark(str(tmp_path), 20, "chief:0")  # an earlier stop's, never taken
+    chief = Preemption("chief:0", 25, graceful=True, exit_fn=lambda *a: None)
+    chief.stopped_at_step, chief.session_step = 31, 20
+    worker = Preemption("worker:0", 25, graceful=True, exit_fn=lambda *a: None)
+    worker.stopped_at_step, worker.session_step = 33, 21  # its last step came after the chief's final save
+    now, slept = [0.0], []
+
+    def sleep(secs):
+        slept.append(secs)
+        now[0] += secs
+
+    wait_for_stop_checkpoint(worker, str(tmp_path), 1, sleep=sleep, clock=lambda: now[0], marked=True)
+    assert 0.99 <= sum(slept) <= 1.21  # the stale mark is not this stop's
+    saved(32)
+    mark_if_saved(chief, str(tmp_path))
+    assert chief.marked_step == 32 and preemption_mark.mark_step(str(tmp_path)) == 32
+    slept.clear()
+    wait_for_stop_checkpoint(worker, str(tmp_path), 1, sleep=sleep, clock=lambda: now[0], marked=True)
+    assert slept == []
+    assert preemption_mark.take_mark(str(tmp_path), 32)["task"] == "chief:0"  # the restart budget's count
 
 
 def test_the_chief_s_mark_is_written_once_though_two_paths_end_it_at_once(tmp_path, monkeypatch):

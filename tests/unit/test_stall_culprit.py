@@ -21,14 +21,14 @@ class Task:
 
 class Group:
     def __init__(self, tasks):
-        self.tasks, self.log_dir = tasks, "logs"
+        self.tasks, self.log_dir, self.processes = tasks, "logs", {}
 
     def running(self):
         return self.tasks
 
 
 class Monitor:
-    step, last_change = 220, 1000.0
+    step, last_change, leader_done = 220, 1000.0, False
 
     def started_since(self, _time):
         return True

@@ -30,6 +30,7 @@ class Monitor:
         self.first_step_time: Optional[float] = None
         self.last_step_time: Optional[float] = None
         self.chief_step_time: Optional[float] = None
+        self.leader_done = False  # the chief's record says its training is over (it may wait for the evaluation)
         self.last_change = now
         self.evaluations: List[dict] = []
         self._steps_seen = deque()  # (time, global step) of the leader, for the time left
@@ -40,6 +41,7 @@ class Monitor:
 
     def restart_from(self, step: Optional[int], now: float) -> None:
         self.step, self.loss, self.images_per_sec, self.last_change = step, None, None, now
+        self.leader_done = False
         self._steps_seen.clear()
 
     def note_change(self, now: float) -> None:
@@ -65,6 +67,7 @@ class Monitor:
         steps = [r["global_step"] for r in records.values() if r.get("global_step") is not None]
         if leader is not None:
             self.chief_step_time = leader["time"]
+            self.leader_done = bool(leader.get("done"))
         if leader is not None and leader.get("global_step") is not None:
             self.step, self.loss = leader["global_step"], leader.get("loss")
         elif steps:
