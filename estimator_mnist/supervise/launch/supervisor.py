@@ -6,7 +6,8 @@
   themselves) get `launcher.finish_timeout_secs` and are then stopped;
 - the evaluator gets `evaluation.final_timeout_secs` for the final checkpoint;
 - no progress in the tasks' records for `launcher.stall_timeout_secs` (plus
-  the session timeout while a group starts) is a stall;
+  the session timeout while a group starts, plus evaluation.final_timeout_secs
+  while the chief's record says done and the evaluator runs) is a stall;
 - a task stopped by a signal (SIGSTOP, a debugger: process state T) for
   `launcher.stall_timeout_secs`, in any phase, is a failure of that task. Its
   peers only wait for it (a stopped process's kernel still accepts their
