@@ -29,10 +29,6 @@ def write_mark(model_dir: str, step: int, task: str, clock=time.time) -> str:
     return path
 
 
-def has_mark(model_dir: str) -> bool:
-    return storage.exists(mark_file(model_dir))
-
-
 def mark_step(model_dir: str) -> Optional[int]:
     """The step the mark records, without taking it; None where there is no mark or it is torn. A mark the
     storage refuses or fails to serve raises as in take_mark."""

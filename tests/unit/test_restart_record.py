@@ -12,7 +12,7 @@ from estimator_mnist import storage
 from estimator_mnist.model_files import checkpoints
 from estimator_mnist.config import TaskId
 from estimator_mnist.errors import PermanentFailure, RetryableFailure
-from estimator_mnist.model_files.preemption_mark import has_mark, take_mark, write_mark
+from estimator_mnist.model_files.preemption_mark import mark_step, take_mark, write_mark
 from estimator_mnist.storage.errors import StorageDenied, StorageUnavailable
 from estimator_mnist.model_files import budget_record as restart_record
 from estimator_mnist.supervise.restart_budget import RestartBudget, check_start
@@ -140,8 +140,8 @@ def test_a_record_object_refused_or_not_served_is_named_and_stays(monkeypatch, f
 
 def test_a_preemption_mark_on_a_bucket_is_written_taken_and_removed(monkeypatch):
     bucket = memory_bucket.install(monkeypatch)
-    assert write_mark(BUCKET_DIR, 30, "chief:0") == f"{BUCKET_DIR}/{MARK_FILE}" and has_mark(BUCKET_DIR)
-    assert take_mark(BUCKET_DIR, 30)["step"] == 30 and not has_mark(BUCKET_DIR)
+    assert write_mark(BUCKET_DIR, 30, "chief:0") == f"{BUCKET_DIR}/{MARK_FILE}" and mark_step(BUCKET_DIR) == 30
+    assert take_mark(BUCKET_DIR, 30)["step"] == 30 and mark_step(BUCKET_DIR) is None
     write_mark(BUCKET_DIR, 30, "chief:0")
     bucket.denied.add(f"{BUCKET_DIR}/{MARK_FILE}")
     with pytest.raises(StorageDenied):  # never read as "no mark", which would count the stop as a failure
