@@ -138,3 +138,52 @@ def test_the_one_process_job_scores_the_validation_split_and_the_test_set_at_eac
         assert 0 <= record["accuracy"] <= 1 and 0 <= record["validation_accuracy"] <= 1
         assert record["loss"] > 0 and record["validation_loss"] > 0
     assert os.path.isdir(os.path.join(config.model_dir, "eval_validation"))  # Estimator's own events of the split
+
+
+def test_a_checkpoint_the_chief_s_saver_removes_while_it_is_evaluated_is_skipped_for_the_newest(tmp_path, capsys):
+    """The evaluator chose step 2; before it restored it, the chief saved step 4 and, keeping one checkpoint, TF's
+    saver deleted step 2 (a Slurm e2e run: 5 newer saves during one slow evaluation). It goes on with step 4."""
+    from estimator_mnist.tf_task.kept_evaluation import KeptEvaluation
+
+    config, estimator, train_spec, eval_spec = tiny_estimator(
+        tmp_path, training={"batch_size_per_replica": 8, "max_steps": 4, "save_checkpoints_steps": 2,
+                            "keep_checkpoint_max": 1},
+        data={"validation_examples": 16}, evaluation={"batch_size": 32, "throttle_secs": 3600})
+    estimator.train(train_spec.input_fn, max_steps=2)
+
+    class OvertakenAtFirst(KeptEvaluation):
+        def evaluate(self, checkpoint_path):
+            if checkpoint_path.endswith("model.ckpt-2"):
+                estimator.train(train_spec.input_fn, max_steps=4)  # the chief's save of 4 removes 2
+                assert not os.path.exists(checkpoint_path + ".index")
+            return super().evaluate(checkpoint_path)
+
+    result = evaluate_checkpoints(estimator, eval_spec, 4, poll_secs=0.1, scorer=OvertakenAtFirst)
+    assert int(result["global_step"]) == 4
+    records = read_eval_results(config.model_dir)
+    assert [(r["global_step"], r["final"]) for r in records] == [(4, True)] and os.path.isdir(records[0]["export"])
+    assert (f"evaluation: {config.model_dir}/model.ckpt-2 was removed by the chief's saver (training."
+            "keep_checkpoint_max: 1 newer checkpoints were saved) before it was evaluated") in capsys.readouterr().err
+
+
+def test_a_checkpoint_removed_before_its_export_is_recorded_unexported_and_any_other_failure_raises(tmp_path, capsys):
+    config, estimator, train_spec, eval_spec = tiny_estimator(
+        tmp_path, training={"batch_size_per_replica": 8, "max_steps": 6, "save_checkpoints_steps": 2,
+                            "keep_checkpoint_max": 2})
+    (exporter,) = eval_spec.exporters
+    base = os.path.join(config.model_dir, "export", exporter.name)
+    estimator.train(train_spec.input_fn, max_steps=6)  # keeps 4 and 6; 2 was removed
+    removed = os.path.join(config.model_dir, "model.ckpt-2")
+    assert exporter.export(estimator, base, removed, _result(2, 1.0), False) is None
+    [record] = read_eval_results(config.model_dir)
+    assert (record["global_step"], record["export"]) == (2, None)
+    assert "model.ckpt-2 was removed by the chief's saver" in capsys.readouterr().err
+    with pytest.raises(ValueError):  # the final checkpoint is never rotated away: its absence is an error
+        exporter.export(estimator, base, removed, _result(2, 1.0), True)
+    newest = os.path.join(config.model_dir, "model.ckpt-6")
+    for name in os.listdir(config.model_dir):
+        if name.startswith("model.ckpt-6."):
+            os.remove(os.path.join(config.model_dir, name))  # gone, but nothing newer: not the saver's rotation
+    with pytest.raises(ValueError):
+        exporter.export(estimator, base, newest, _result(6, 1.0), False)
+    assert len(read_eval_results(config.model_dir)) == 1
