@@ -29,16 +29,23 @@ def write_mark(model_dir: str, step: int, task: str, clock=time.time) -> str:
     return path
 
 
+def _parsed(text: Optional[str]) -> Optional[dict]:
+    """The mark in `text`, or None where there is none or it is torn (unparsable, no integer step): a torn mark
+    proves nothing."""
+    if text is None:
+        return None
+    try:
+        mark = json.loads(text)
+    except ValueError:
+        return None
+    return mark if isinstance(mark, dict) and isinstance(mark.get("step"), int) else None
+
+
 def mark_step(model_dir: str) -> Optional[int]:
     """The step the mark records, without taking it; None where there is no mark or it is torn. A mark the
     storage refuses or fails to serve raises as in take_mark."""
-    text = read_strict(mark_file(model_dir))
-    try:
-        mark = json.loads(text) if text is not None else None
-    except ValueError:
-        return None
-    step = mark.get("step") if isinstance(mark, dict) else None
-    return step if isinstance(step, int) else None
+    mark = _parsed(read_strict(mark_file(model_dir)))
+    return mark["step"] if mark is not None else None
 
 
 def take_mark(model_dir: str, checkpoint_step: Optional[int]) -> Optional[dict]:
@@ -48,11 +55,6 @@ def take_mark(model_dir: str, checkpoint_step: Optional[int]) -> Optional[dict]:
     text = read_strict(path)
     if text is None:
         return None
-    try:
-        mark = json.loads(text)
-    except ValueError:
-        mark = None  # a torn mark proves nothing: the stop counts as a failure
+    mark = _parsed(text)  # a torn mark: the stop counts as a failure
     storage.remove(path, missing_ok=True)
-    if not isinstance(mark, dict) or not isinstance(mark.get("step"), int) or mark["step"] != checkpoint_step:
-        return None
-    return mark
+    return mark if mark is not None and mark["step"] == checkpoint_step else None

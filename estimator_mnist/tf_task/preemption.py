@@ -216,8 +216,9 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
             # (TF 2.15: the lost peer's all-reduce fails each one), and held the node for the whole grace
             # (tests/unit/test_preemption.py, test_slurm_preemption.py's node failure).
             self._preemption.session_lost()
-        self._baseline = float(session.run(self._read))  # a restored checkpoint holds earlier requests
-        self._preemption.session_step = int(session.run(self._step))
+        # A restored checkpoint holds earlier requests; the step is where this session began. One run for both.
+        baseline, step = session.run([self._read, self._step])
+        self._baseline, self._preemption.session_step = float(baseline), int(step)
 
     def before_run(self, run_context):
         flag = self._preemption.flag if not self._sent else 0.0
